@@ -1,0 +1,1 @@
+//! Shared test harness: a real PostgreSQL server (and later a real ClickHouse engine) for the integration tests.
