@@ -1,1 +1,9 @@
-//! placeholder
+//! SQL rendering, bootstrap and verification of alkstore's engine schema, and
+//! the `schema-gen` binary.
+//!
+//! [`render::bootstrap_statements`] is the only place SQL is produced; the
+//! binary prints it, the snapshots record it and bootstrap runs it.
+
+pub mod cli;
+pub mod describe;
+pub mod render;

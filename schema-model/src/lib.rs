@@ -1,1 +1,97 @@
-//! placeholder
+//! The typed schema model of alkstore's PostgreSQL engine.
+//!
+//! Every engine-owned table is declared once, here, as an enum deriving
+//! sea-query's [`Iden`](sea_query::Iden) and strum's `EnumIter`: a `Table`
+//! variant plus one variant per column. Engine code names columns by these
+//! variants (`Jobs::Priority`, never `"priority"`), so a renamed column is a
+//! compile error rather than an empty table. Each column's type, nullability,
+//! default and doc come from an exhaustive `match` ([`TableModel::column`]);
+//! indexes and named `CHECK` constraints are declared next to their table.
+//!
+//! This crate does no I/O. `schema-gen` renders it to SQL, bootstraps and
+//! verifies it.
+//!
+//! # Payloads are `bytea`, never `jsonb`
+//!
+//! Payload columns hold exactly the bytes the engine's encoder produced.
+//! `jsonb` would normalise them on the way in (it reorders object keys, folds
+//! duplicate keys to the last one, drops insignificant whitespace), so a row
+//! read back would no longer be byte-identical to the one written, and the
+//! contract that payloads round-trip unchanged would break silently.
+//!
+//! # No migration machinery in v1
+//!
+//! Tables are created fresh per schema name. There is no version table and no
+//! `ALTER`: an existing schema whose shape differs from this model is refused
+//! with the list of differences (drift is detected by comparing the live
+//! catalog with the model, not by names alone). Append-only column migrations
+//! can be added when the deployment story needs in-place upgrades; until then
+//! a changed model means a new schema name, which keeps every database either
+//! exactly the model or loudly not.
+//!
+//! # The family
+//!
+//! | table | a row is |
+//! |---|---|
+//! | [`Jobs`] | a live job, pending or claimed |
+//! | [`DeadJobs`] | a job that exhausted its attempts or expired |
+//! | [`StreamEvents`] | one stream event; its id is the offset |
+//! | [`StreamOffsets`] | a consumer's checkpoint on a stream |
+//! | [`Schedules`] | an `@every` schedule |
+//! | [`Locks`] | a TTL lock with a fencing token |
+//! | [`ConsumedEvents`] | a consumer's dedup-ledger entry |
+//!
+//! ```
+//! use schema_model::{engine_family, Jobs, TableModel};
+//!
+//! assert_eq!(Jobs::table_name(), "jobs");
+//! let names: Vec<String> = engine_family().into_iter().map(|t| t.name).collect();
+//! assert_eq!(
+//!     names,
+//!     ["jobs", "dead_jobs", "stream_events", "stream_offsets", "schedules", "locks", "consumed_events"]
+//! );
+//! ```
+
+pub mod consumed_events;
+pub mod dead_jobs;
+pub mod description;
+pub mod jobs;
+pub mod locks;
+pub mod schedules;
+pub mod schema_name;
+pub mod streams;
+pub mod table;
+
+pub use consumed_events::{ConsumedEvent, ConsumedEvents};
+pub use dead_jobs::{DeadJob, DeadJobs};
+pub use description::{
+    ColumnDescription, ConstraintDescription, IndexDescription, TableDescription,
+};
+pub use jobs::{Job, Jobs, QueueOpts};
+pub use locks::{Lock, Locks};
+pub use schedules::{Schedule, ScheduleOpts, Schedules};
+pub use schema_name::{SchemaName, SchemaNameError, SchemaNameRule};
+pub use streams::{ConsumerOffset, StreamEvent, StreamEvents, StreamOffsets};
+pub use table::{
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
+    TableModel, TableVisitor,
+};
+
+/// Visits every table of the engine family, in creation order. This is the
+/// one list of tables: rendering, describing and verifying all walk it.
+pub fn visit_engine_family<V: TableVisitor>(visitor: &mut V) {
+    visitor.visit::<Jobs>();
+    visitor.visit::<DeadJobs>();
+    visitor.visit::<StreamEvents>();
+    visitor.visit::<StreamOffsets>();
+    visitor.visit::<Schedules>();
+    visitor.visit::<Locks>();
+    visitor.visit::<ConsumedEvents>();
+}
+
+/// The engine family described in plain data, in creation order.
+pub fn engine_family() -> Vec<TableDescription> {
+    let mut describer = description::Describer::default();
+    visit_engine_family(&mut describer);
+    describer.tables
+}

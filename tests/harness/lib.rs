@@ -1,1 +1,13 @@
 //! Shared test harness: a real PostgreSQL server (and later a real ClickHouse engine) for the integration tests.
+//!
+//! The PostgreSQL part lives in [`pg`] and is re-exported here, so tests write
+//! `harness::connect().await`.
+
+pub mod clickhouse;
+pub mod pg;
+
+pub use pg::{
+    DATABASE_URL_ENV, PG_BIN_ENV, SKIP_ENV, connect, connect_as, connect_url, create_database,
+    database_url, psql, psql_with_url, server_version_num, skip_db_tests, unique_name,
+    unique_schema, url_for, url_for_role,
+};

@@ -1,0 +1,72 @@
+//! The family described for reviewers: markdown for people, JSON for tools.
+
+use schema_model::{SchemaName, TableDescription, engine_family};
+use serde::Serialize;
+
+/// What `schema-gen describe --format json` prints: stable, for tools.
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilyDescription {
+    /// The schema the tables live in.
+    pub schema: String,
+    /// Every table, in creation order.
+    pub tables: Vec<TableDescription>,
+}
+
+/// Describes the engine family for `schema`.
+pub fn engine(schema: &SchemaName) -> FamilyDescription {
+    FamilyDescription {
+        schema: schema.to_string(),
+        tables: engine_family(),
+    }
+}
+
+/// Renders a description as pretty JSON with a trailing newline.
+pub fn to_json(description: &FamilyDescription) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(description).map(|json| json + "\n")
+}
+
+/// Renders a description as markdown: a section per table with its columns,
+/// indexes and constraints.
+pub fn to_markdown(description: &FamilyDescription) -> String {
+    let mut out = format!("# Schema `{}`\n", description.schema);
+    for table in &description.tables {
+        out.push_str(&format!("\n## `{}`\n\n{}\n\n", table.name, table.doc));
+        out.push_str("| column | type | null | default | doc |\n|---|---|---|---|---|\n");
+        for column in &table.columns {
+            let default = match (&column.identity, &column.generated, &column.default) {
+                (Some(kind), _, _) => format!("identity ({kind})"),
+                (_, Some(expr), _) => format!("generated `{expr}`"),
+                (_, _, Some(expr)) => format!("`{expr}`"),
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                column.name,
+                column.sql_type,
+                if column.nullable { "yes" } else { "no" },
+                default,
+                column.doc
+            ));
+        }
+        out.push_str(&format!(
+            "\nPrimary key `{}`: `{}`\n",
+            table.primary_key.name, table.primary_key.definition
+        ));
+        if !table.indexes.is_empty() {
+            out.push_str("\n| index | definition | serves |\n|---|---|---|\n");
+            for index in &table.indexes {
+                out.push_str(&format!(
+                    "| `{}` | `{}` | {} |\n",
+                    index.name, index.definition, index.doc
+                ));
+            }
+        }
+        if !table.checks.is_empty() {
+            out.push_str("\n| constraint | definition |\n|---|---|\n");
+            for check in &table.checks {
+                out.push_str(&format!("| `{}` | `{}` |\n", check.name, check.definition));
+            }
+        }
+    }
+    out
+}

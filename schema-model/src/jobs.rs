@@ -1,0 +1,241 @@
+//! `jobs`: live jobs, pending or processing, and the [`Job`] / [`QueueOpts`]
+//! value shapes the engine reads and writes.
+
+use sea_query::Iden;
+use serde::{Deserialize, Serialize};
+use strum::EnumIter;
+
+use crate::table::{
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
+    TableModel,
+};
+
+/// The `jobs` table: one row per live job (pending, or claimed by a worker).
+///
+/// A job that exhausts its attempts or expires moves to
+/// [`DeadJobs`](crate::DeadJobs) with its id kept.
+#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Jobs {
+    /// The table itself.
+    Table,
+    /// Engine-assigned id, monotone in enqueue order.
+    Id,
+    /// Queue name (queues are rows, not tables).
+    Queue,
+    /// The encoder's exact bytes.
+    Payload,
+    /// Higher is claimed first.
+    Priority,
+    /// Unix seconds before which the job is not claimable.
+    RunAt,
+    /// Unix seconds after which the job dies unclaimed, if set.
+    ExpiresAt,
+    /// Unix seconds when the job was enqueued.
+    EnqueuedAt,
+    /// Stamped `QueueOpts`: how long a claim lasts, in seconds.
+    VisibilityTimeoutS,
+    /// Stamped `QueueOpts`: attempts before the job dies.
+    MaxAttempts,
+    /// Stamped `QueueOpts`: base of the retry backoff, in seconds.
+    BackoffBaseS,
+    /// Stamped `QueueOpts`: how long the dead job is kept, in seconds.
+    DeadLetterRetentionS,
+    /// Claims so far.
+    Attempts,
+    /// The claiming worker, while claimed.
+    WorkerId,
+    /// Unix seconds of the current claim, while claimed.
+    ClaimedAt,
+    /// Unix seconds when the current claim lapses, while claimed.
+    ClaimExpiresAt,
+    /// The last attempt's error, if any.
+    LastError,
+}
+
+impl TableModel for Jobs {
+    const TABLE: Self = Self::Table;
+    const DOC: &'static str = "A live job of a queue: pending, or claimed by a worker.";
+
+    fn column(self) -> Option<Column<Self>> {
+        use SqlType::*;
+        Some(match self {
+            Self::Table => return None,
+            Self::Id => Column::required(
+                BigInt,
+                "Engine-assigned job id; monotone, so it is the enqueue order.",
+            )
+            .with_default(ColumnDefault::IdentityAlways),
+            Self::Queue => Column::required(Text, "Name of the queue the job belongs to."),
+            Self::Payload => Column::required(
+                Bytea,
+                "The job payload, exactly the bytes the engine's encoder produced.",
+            ),
+            Self::Priority => Column::required(Integer, "Claim priority; higher is claimed first."),
+            Self::RunAt => Column::required(
+                BigInt,
+                "Unix seconds before which the job is not claimable.",
+            ),
+            Self::ExpiresAt => Column::nullable(
+                BigInt,
+                "Unix seconds after which an unfinished job dies; NULL never expires.",
+            ),
+            Self::EnqueuedAt => Column::required(BigInt, "Unix seconds when the job was enqueued."),
+            Self::VisibilityTimeoutS => Column::required(
+                BigInt,
+                "Stamped QueueOpts: seconds a claim lasts before the job is claimable again.",
+            ),
+            Self::MaxAttempts => Column::required(
+                Integer,
+                "Stamped QueueOpts: attempts allowed before the job dies.",
+            ),
+            Self::BackoffBaseS => Column::required(
+                BigInt,
+                "Stamped QueueOpts: base of the exponential retry backoff, in seconds.",
+            ),
+            Self::DeadLetterRetentionS => Column::required(
+                BigInt,
+                "Stamped QueueOpts: seconds a dead job is kept before the sweep removes it.",
+            ),
+            Self::Attempts => {
+                Column::required(Integer, "Number of times the job has been claimed.")
+            }
+            Self::WorkerId => Column::nullable(
+                Text,
+                "Worker holding the current claim; NULL while pending.",
+            ),
+            Self::ClaimedAt => Column::nullable(
+                BigInt,
+                "Unix seconds when the current claim was taken; NULL while pending.",
+            ),
+            Self::ClaimExpiresAt => Column::nullable(
+                BigInt,
+                "Unix seconds when the current claim lapses; NULL while pending.",
+            ),
+            Self::LastError => {
+                Column::nullable(Text, "Error reported by the last failed attempt, if any.")
+            }
+        })
+    }
+
+    fn primary_key() -> Vec<Self> {
+        vec![Self::Id]
+    }
+
+    fn indexes() -> Vec<IndexDef<Self>> {
+        vec![
+            IndexDef {
+                name: "jobs_claim_idx",
+                keys: vec![
+                    (Self::Queue, Order::Asc),
+                    (Self::Priority, Order::Desc),
+                    (Self::RunAt, Order::Asc),
+                    (Self::Id, Order::Asc),
+                ],
+                predicate: Some(IndexPredicate::IsNull(Self::ClaimedAt)),
+                doc: "Claim: the next pending job of a queue by priority DESC, run_at, id, without a sort.",
+            },
+            IndexDef {
+                name: "jobs_claim_expiry_idx",
+                keys: vec![(Self::ClaimExpiresAt, Order::Asc)],
+                predicate: Some(IndexPredicate::IsNotNull(Self::ClaimExpiresAt)),
+                doc: "Reaper: claims whose visibility timeout lapsed.",
+            },
+            IndexDef {
+                name: "jobs_expiry_idx",
+                keys: vec![(Self::ExpiresAt, Order::Asc)],
+                predicate: Some(IndexPredicate::IsNotNull(Self::ExpiresAt)),
+                doc: "Sweep: jobs past their expiry.",
+            },
+        ]
+    }
+
+    fn checks() -> Vec<CheckDef<Self>> {
+        vec![
+            CheckDef {
+                name: "jobs_queue_not_empty",
+                rule: CheckRule::NotEmpty(Self::Queue),
+            },
+            CheckDef {
+                name: "jobs_attempts_not_negative",
+                rule: CheckRule::AtLeast(Self::Attempts, 0),
+            },
+            CheckDef {
+                name: "jobs_max_attempts_at_least_one",
+                rule: CheckRule::AtLeast(Self::MaxAttempts, 1),
+            },
+            CheckDef {
+                name: "jobs_visibility_timeout_positive",
+                rule: CheckRule::Positive(Self::VisibilityTimeoutS),
+            },
+            CheckDef {
+                name: "jobs_backoff_base_not_negative",
+                rule: CheckRule::AtLeast(Self::BackoffBaseS, 0),
+            },
+            CheckDef {
+                name: "jobs_dead_letter_retention_positive",
+                rule: CheckRule::Positive(Self::DeadLetterRetentionS),
+            },
+            CheckDef {
+                name: "jobs_claim_columns_together",
+                rule: CheckRule::NullTogether(vec![
+                    Self::WorkerId,
+                    Self::ClaimedAt,
+                    Self::ClaimExpiresAt,
+                ]),
+            },
+            CheckDef {
+                name: "jobs_claim_expires_after_claim",
+                rule: CheckRule::NotBefore {
+                    later: Self::ClaimExpiresAt,
+                    earlier: Self::ClaimedAt,
+                },
+            },
+        ]
+    }
+}
+
+/// The queue options stamped onto every job at enqueue, so a later change to
+/// the queue's configuration never rewrites the terms of a job already queued.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueOpts {
+    /// Seconds a claim lasts before the job is claimable again.
+    pub visibility_timeout_s: i64,
+    /// Attempts allowed before the job dies.
+    pub max_attempts: i32,
+    /// Base of the exponential retry backoff, in seconds.
+    pub backoff_base_s: i64,
+    /// Seconds a dead job is kept.
+    pub dead_letter_retention_s: i64,
+}
+
+/// A live job, as the engine reads and writes a [`Jobs`] row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Engine-assigned id (enqueue order).
+    pub id: i64,
+    /// Queue name.
+    pub queue: String,
+    /// The encoder's exact bytes.
+    pub payload: Vec<u8>,
+    /// Higher is claimed first.
+    pub priority: i32,
+    /// Not claimable before this unix second.
+    pub run_at: i64,
+    /// Dies unfinished after this unix second, if set.
+    pub expires_at: Option<i64>,
+    /// Unix second of enqueue.
+    pub enqueued_at: i64,
+    /// The stamped queue options.
+    #[serde(flatten)]
+    pub opts: QueueOpts,
+    /// Claims so far.
+    pub attempts: i32,
+    /// The claiming worker, while claimed.
+    pub worker_id: Option<String>,
+    /// Unix second of the current claim.
+    pub claimed_at: Option<i64>,
+    /// Unix second when the current claim lapses.
+    pub claim_expires_at: Option<i64>,
+    /// The last attempt's error.
+    pub last_error: Option<String>,
+}

@@ -1,0 +1,168 @@
+//! `stream_events` and `stream_offsets`: append-only event streams with
+//! per-consumer checkpoints, and the [`StreamEvent`] / [`ConsumerOffset`] shapes.
+//!
+//! An event's `id` is its stream offset: assigned by the database, monotone,
+//! immutable (`GENERATED ALWAYS`: nobody can supply or rewrite one), never
+//! renumbered, with gaps where events were deleted.
+//!
+//! **Commit order.** An identity value is assigned at insert and becomes
+//! visible at commit, so two concurrent appends can commit in the opposite
+//! order of their ids and a reader doing `id > last_offset` would skip the
+//! lower one. Every event therefore records its inserting transaction
+//! (`tx_id`, `pg_current_xact_id()`): a reader only delivers events whose
+//! transaction is older than every transaction still running
+//! (`tx_id < pg_snapshot_xmin(pg_current_snapshot())`) and stops at the first
+//! event that is not, so an offset is never advanced past an event that can
+//! still appear below it once appends to one stream are serialised (the
+//! engine's append takes a transaction-scoped advisory lock on the stream).
+
+use sea_query::Iden;
+use serde::{Deserialize, Serialize};
+use strum::EnumIter;
+
+use crate::table::{
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, Order, SqlType, TableModel,
+};
+
+/// The `stream_events` table: one row per event; its id is the stream offset.
+#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamEvents {
+    /// The table itself.
+    Table,
+    /// The offset: database-assigned, monotone, immutable.
+    Id,
+    /// Stream name (streams are rows, not tables).
+    Stream,
+    /// Carried metadata, if the producer gave one.
+    Key,
+    /// The encoder's exact bytes.
+    Payload,
+    /// Unix seconds of the append (informational).
+    CreatedAt,
+    /// The appending transaction, for commit-order-safe reads.
+    TxId,
+}
+
+impl TableModel for StreamEvents {
+    const TABLE: Self = Self::Table;
+    const DOC: &'static str = "One event of a stream; its id is the stream offset.";
+
+    fn column(self) -> Option<Column<Self>> {
+        use SqlType::*;
+        Some(match self {
+            Self::Table => return None,
+            Self::Id => Column::required(BigInt, "Stream offset: database-assigned, monotone, immutable, never renumbered; gaps on delete.")
+                .with_default(ColumnDefault::IdentityAlways),
+            Self::Stream => Column::required(Text, "Name of the stream the event belongs to."),
+            Self::Key => Column::nullable(Text, "Carried metadata key given by the producer, if any."),
+            Self::Payload => Column::required(Bytea, "The event payload, exactly the bytes the engine's encoder produced."),
+            Self::CreatedAt => Column::required(BigInt, "Unix seconds when the event was appended (informational)."),
+            Self::TxId => Column::required(Xid8, "Transaction that appended the event; readers hold back events of transactions that may still be running.")
+                .with_default(ColumnDefault::CurrentTransactionId),
+        })
+    }
+
+    fn primary_key() -> Vec<Self> {
+        vec![Self::Id]
+    }
+
+    fn indexes() -> Vec<IndexDef<Self>> {
+        vec![IndexDef {
+            name: "stream_events_stream_id_idx",
+            keys: vec![(Self::Stream, Order::Asc), (Self::Id, Order::Asc)],
+            predicate: None,
+            doc: "Reads: a stream's events from an offset, offset ASC.",
+        }]
+    }
+
+    fn checks() -> Vec<CheckDef<Self>> {
+        vec![CheckDef {
+            name: "stream_events_stream_not_empty",
+            rule: CheckRule::NotEmpty(Self::Stream),
+        }]
+    }
+}
+
+/// The `stream_offsets` table: one checkpoint per (stream, consumer).
+#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamOffsets {
+    /// The table itself.
+    Table,
+    /// Stream name.
+    Stream,
+    /// Consumer name.
+    Consumer,
+    /// The last offset the consumer processed.
+    Offset,
+}
+
+impl TableModel for StreamOffsets {
+    const TABLE: Self = Self::Table;
+    const DOC: &'static str =
+        "A consumer's checkpoint on a stream; the engine's upsert only moves it forward.";
+
+    fn column(self) -> Option<Column<Self>> {
+        use SqlType::*;
+        Some(match self {
+            Self::Table => return None,
+            Self::Stream => Column::required(Text, "Name of the stream."),
+            Self::Consumer => Column::required(Text, "Name of the consumer."),
+            Self::Offset => Column::required(
+                BigInt,
+                "Id of the last event the consumer processed; only moves forward.",
+            ),
+        })
+    }
+
+    fn primary_key() -> Vec<Self> {
+        vec![Self::Stream, Self::Consumer]
+    }
+
+    fn indexes() -> Vec<IndexDef<Self>> {
+        Vec::new()
+    }
+
+    fn checks() -> Vec<CheckDef<Self>> {
+        vec![
+            CheckDef {
+                name: "stream_offsets_stream_not_empty",
+                rule: CheckRule::NotEmpty(Self::Stream),
+            },
+            CheckDef {
+                name: "stream_offsets_consumer_not_empty",
+                rule: CheckRule::NotEmpty(Self::Consumer),
+            },
+            CheckDef {
+                name: "stream_offsets_offset_not_negative",
+                rule: CheckRule::AtLeast(Self::Offset, 0),
+            },
+        ]
+    }
+}
+
+/// A stream event, as the engine reads a [`StreamEvents`] row (`tx_id` is
+/// bookkeeping the database fills, so it is not a field).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamEvent {
+    /// The offset.
+    pub id: i64,
+    /// Stream name.
+    pub stream: String,
+    /// Carried metadata key.
+    pub key: Option<String>,
+    /// The encoder's exact bytes.
+    pub payload: Vec<u8>,
+    /// Unix second of the append.
+    pub created_at: i64,
+}
+
+/// A consumer's checkpoint, as stored in [`StreamOffsets`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerOffset {
+    /// Stream name.
+    pub stream: String,
+    /// Consumer name.
+    pub consumer: String,
+    /// The last offset processed.
+    pub offset: i64,
+}

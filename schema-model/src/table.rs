@@ -1,0 +1,210 @@
+//! The vocabulary every table family file declares itself in: column types,
+//! defaults, indexes and named `CHECK` constraints, typed by the table's own
+//! `Iden` enum so a renamed column is a compile error.
+
+use std::fmt::Debug;
+
+use sea_query::Iden;
+use serde::Serialize;
+use strum::IntoEnumIterator;
+
+/// A PostgreSQL column type the engine uses.
+///
+/// The set is small on purpose: instants are unix seconds and durations are
+/// seconds (`BIGINT`), counters and priority are `INTEGER`, payloads are the
+/// encoder's exact bytes (`BYTEA`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlType {
+    /// `bigint`: ids, unix-second instants and second durations.
+    BigInt,
+    /// `integer`: counters and priority.
+    Integer,
+    /// `text`: names, specs and error messages.
+    Text,
+    /// `bytea`: payloads, exactly as the engine's encoder produced them.
+    Bytea,
+    /// `boolean`.
+    Boolean,
+    /// `xid8`: a full 64-bit transaction id (commit-order bookkeeping).
+    Xid8,
+}
+
+impl SqlType {
+    /// The type's name as PostgreSQL's `format_type` reports it.
+    pub fn pg_name(self) -> &'static str {
+        match self {
+            Self::BigInt => "bigint",
+            Self::Integer => "integer",
+            Self::Text => "text",
+            Self::Bytea => "bytea",
+            Self::Boolean => "boolean",
+            Self::Xid8 => "xid8",
+        }
+    }
+}
+
+/// Where a column's value comes from when the engine does not write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnDefault<C> {
+    /// `GENERATED ALWAYS AS IDENTITY`: assigned by the database, monotone,
+    /// never supplied by the engine (an `UPDATE ... SET col = DEFAULT` draws
+    /// the next value).
+    IdentityAlways,
+    /// `DEFAULT pg_current_xact_id()`: the inserting transaction's id.
+    CurrentTransactionId,
+    /// `GENERATED ALWAYS AS (a + b) STORED`: computed from two columns of the row.
+    GeneratedSum(C, C),
+}
+
+/// One column's definition: type, nullability, default and one-line doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column<C> {
+    /// The column's type.
+    pub sql_type: SqlType,
+    /// Whether the column accepts `NULL`.
+    pub nullable: bool,
+    /// The database-side default, if any. Engine-supplied values have none on
+    /// purpose: a default would turn a forgotten field into a plausible row.
+    pub default: Option<ColumnDefault<C>>,
+    /// The one-line doc, also emitted as `COMMENT ON COLUMN`.
+    pub doc: &'static str,
+}
+
+impl<C> Column<C> {
+    /// A `NOT NULL` column with no default.
+    pub const fn required(sql_type: SqlType, doc: &'static str) -> Self {
+        Self {
+            sql_type,
+            nullable: false,
+            default: None,
+            doc,
+        }
+    }
+
+    /// A nullable column with no default.
+    pub const fn nullable(sql_type: SqlType, doc: &'static str) -> Self {
+        Self {
+            sql_type,
+            nullable: true,
+            default: None,
+            doc,
+        }
+    }
+
+    /// The same column with a database-side default.
+    pub fn with_default(self, default: ColumnDefault<C>) -> Self {
+        Self {
+            default: Some(default),
+            ..self
+        }
+    }
+}
+
+/// Sort direction of one index key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Ascending (PostgreSQL's default, so it is not spelled out).
+    Asc,
+    /// Descending.
+    Desc,
+}
+
+/// The `WHERE` clause of a partial index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexPredicate<C> {
+    /// `WHERE col IS NULL`.
+    IsNull(C),
+    /// `WHERE col IS NOT NULL`.
+    IsNotNull(C),
+    /// `WHERE col` (a boolean column).
+    IsTrue(C),
+}
+
+/// A secondary index, named by a fixed literal (sea-query writes index names
+/// unescaped, so they never come from input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexDef<C> {
+    /// The index's name, unique within the schema.
+    pub name: &'static str,
+    /// Key columns in order, each with its direction.
+    pub keys: Vec<(C, Order)>,
+    /// Restricts the index to the rows a hot path reads.
+    pub predicate: Option<IndexPredicate<C>>,
+    /// Which hot path the index serves.
+    pub doc: &'static str,
+}
+
+/// The rule a named `CHECK` constraint enforces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckRule<C> {
+    /// `col <> ''`: a name that must not be empty.
+    NotEmpty(C),
+    /// `col >= n`.
+    AtLeast(C, i64),
+    /// `col > 0`.
+    Positive(C),
+    /// The columns are all `NULL` or all set.
+    NullTogether(Vec<C>),
+    /// `later >= earlier` (passes while either is `NULL`).
+    NotBefore {
+        /// The instant that must not precede `earlier`.
+        later: C,
+        /// The reference instant.
+        earlier: C,
+    },
+}
+
+/// A named `CHECK` constraint: an invariant the engine relies on, so a buggy
+/// engine fails loudly with the constraint's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckDef<C> {
+    /// The constraint's name, a fixed literal.
+    pub name: &'static str,
+    /// What it enforces.
+    pub rule: CheckRule<C>,
+}
+
+/// A table of the engine's family, declared as a sea-query `Iden` enum: a
+/// `Table` variant plus one variant per column.
+///
+/// [`TableModel::column`] is an exhaustive `match`, so a new variant without a
+/// type, nullability and doc does not compile.
+pub trait TableModel: Iden + IntoEnumIterator + Copy + Eq + Debug + 'static {
+    /// The `Table` variant (renders as the table's name).
+    const TABLE: Self;
+    /// What a row is, in one line; also emitted as `COMMENT ON TABLE`.
+    const DOC: &'static str;
+
+    /// The column's definition, or `None` for the `Table` variant.
+    fn column(self) -> Option<Column<Self>>;
+
+    /// The primary key's columns, in order.
+    fn primary_key() -> Vec<Self>;
+
+    /// The secondary indexes that serve the engine's hot paths.
+    fn indexes() -> Vec<IndexDef<Self>>;
+
+    /// The named invariants.
+    fn checks() -> Vec<CheckDef<Self>>;
+
+    /// Every column variant with its definition, in declaration order.
+    fn columns() -> Vec<(Self, Column<Self>)> {
+        Self::iter()
+            .filter_map(|variant| variant.column().map(|column| (variant, column)))
+            .collect()
+    }
+
+    /// The table's name.
+    fn table_name() -> String {
+        Self::TABLE.to_string()
+    }
+}
+
+/// Visits every table of a family with its static type, so that rendering,
+/// describing and verifying all walk the one list.
+pub trait TableVisitor {
+    /// Called once per table, in family order.
+    fn visit<T: TableModel>(&mut self);
+}
