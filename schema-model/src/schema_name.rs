@@ -114,6 +114,24 @@ impl SchemaName {
 }
 
 fn first_broken_rule(name: &str) -> Option<SchemaNameRule> {
+    if let Some(rule) = identifier_syntax_rule(name) {
+        return Some(rule);
+    }
+    if name.starts_with("pg_") {
+        return Some(SchemaNameRule::ReservedPrefix);
+    }
+    if matches!(name, "public" | "information_schema") {
+        return Some(SchemaNameRule::ReservedName);
+    }
+    None
+}
+
+/// The syntax rules shared by every name the generator accepts from a user
+/// (this schema name and [`DatabaseName`](crate::DatabaseName)): not empty, at
+/// most 63 bytes, lowercase ASCII letters, digits and `_`, starting with a
+/// letter or `_`. Returns only the syntax variants of [`SchemaNameRule`]; the
+/// reserved names are each dialect's own.
+pub(crate) fn identifier_syntax_rule(name: &str) -> Option<SchemaNameRule> {
     let Some(first) = name.chars().next() else {
         return Some(SchemaNameRule::Empty);
     };
@@ -128,12 +146,6 @@ fn first_broken_rule(name: &str) -> Option<SchemaNameRule> {
         .find(|&(_, c)| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
     {
         return Some(SchemaNameRule::BadCharacter { found, at });
-    }
-    if name.starts_with("pg_") {
-        return Some(SchemaNameRule::ReservedPrefix);
-    }
-    if matches!(name, "public" | "information_schema") {
-        return Some(SchemaNameRule::ReservedName);
     }
     None
 }

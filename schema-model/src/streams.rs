@@ -5,16 +5,26 @@
 //! immutable (`GENERATED ALWAYS`: nobody can supply or rewrite one), never
 //! renumbered, with gaps where events were deleted.
 //!
-//! **Commit order.** An identity value is assigned at insert and becomes
+//! **Commit order.** An identity value is assigned at insert but becomes
 //! visible at commit, so two concurrent appends can commit in the opposite
-//! order of their ids and a reader doing `id > last_offset` would skip the
-//! lower one. Every event therefore records its inserting transaction
-//! (`tx_id`, `pg_current_xact_id()`): a reader only delivers events whose
-//! transaction is older than every transaction still running
-//! (`tx_id < pg_snapshot_xmin(pg_current_snapshot())`) and stops at the first
-//! event that is not, so an offset is never advanced past an event that can
-//! still appear below it once appends to one stream are serialised (the
-//! engine's append takes a transaction-scoped advisory lock on the stream).
+//! order of their ids, and a reader doing `id > last_offset` would skip the
+//! lower id that commits second (reported against watermill, kamu-cli and
+//! Eventuous). Every event therefore records its appending transaction in
+//! `tx_id` (`pg_current_xact_id()`), and a gap-free reader:
+//!
+//! - only reads events whose transaction is older than every transaction
+//!   still running: `tx_id < pg_snapshot_xmin(pg_current_snapshot())`. Any
+//!   event that may still appear later belongs to a transaction at or above
+//!   that horizon, so it sorts after everything read so far;
+//! - reads in commit order, `ORDER BY tx_id, id`, served by
+//!   `stream_events_commit_order_idx`, resuming after the `(tx_id, id)` of
+//!   the event its checkpoint names (`stream_offsets.offset` is that event's
+//!   id, so the checkpoint stays the offset of record).
+//!
+//! The retention sweep must then delete only events below the slowest
+//! consumer's checkpoint in that same `(tx_id, id)` order, never by id alone.
+//! Readers that do not need gap-freedom (a tail, an offset lookup) use
+//! `stream_events_stream_id_idx` in id order.
 
 use sea_query::Iden;
 use serde::{Deserialize, Serialize};
@@ -57,7 +67,7 @@ impl TableModel for StreamEvents {
             Self::Key => Column::nullable(Text, "Carried metadata key given by the producer, if any."),
             Self::Payload => Column::required(Bytea, "The event payload, exactly the bytes the engine's encoder produced."),
             Self::CreatedAt => Column::required(BigInt, "Unix seconds when the event was appended (informational)."),
-            Self::TxId => Column::required(Xid8, "Transaction that appended the event; readers hold back events of transactions that may still be running.")
+            Self::TxId => Column::required(Xid8, "Transaction that appended the event; gap-free readers go in (tx_id, id) order below the snapshot horizon.")
                 .with_default(ColumnDefault::CurrentTransactionId),
         })
     }
@@ -67,12 +77,24 @@ impl TableModel for StreamEvents {
     }
 
     fn indexes() -> Vec<IndexDef<Self>> {
-        vec![IndexDef {
-            name: "stream_events_stream_id_idx",
-            keys: vec![(Self::Stream, Order::Asc), (Self::Id, Order::Asc)],
-            predicate: None,
-            doc: "Reads: a stream's events from an offset, offset ASC.",
-        }]
+        vec![
+            IndexDef {
+                name: "stream_events_stream_id_idx",
+                keys: vec![(Self::Stream, Order::Asc), (Self::Id, Order::Asc)],
+                predicate: None,
+                doc: "Reads: a stream's events from an offset, offset ASC.",
+            },
+            IndexDef {
+                name: "stream_events_commit_order_idx",
+                keys: vec![
+                    (Self::Stream, Order::Asc),
+                    (Self::TxId, Order::Asc),
+                    (Self::Id, Order::Asc),
+                ],
+                predicate: None,
+                doc: "Gap-free reads: a stream's events in commit order, below the snapshot horizon.",
+            },
+        ]
     }
 
     fn checks() -> Vec<CheckDef<Self>> {
