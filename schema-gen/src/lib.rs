@@ -4,6 +4,8 @@
 //! [`render::bootstrap_statements`] is the only place SQL is produced; the
 //! binary prints it, the snapshots record it and bootstrap runs it.
 
+#![deny(missing_docs)]
+
 pub mod cli;
 pub mod describe;
 pub mod render;

@@ -52,6 +52,8 @@
 //! );
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod consumed_events;
 pub mod dead_jobs;
 pub mod description;
