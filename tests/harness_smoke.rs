@@ -57,6 +57,12 @@ fn unique_name_refuses_pg_prefix() {
 }
 
 #[test]
+#[should_panic(expected = "reserved")]
+fn unique_name_refuses_prefix_that_becomes_pg_() {
+    harness::unique_name("pg");
+}
+
+#[test]
 #[should_panic(expected = "lowercase")]
 fn unique_schema_refuses_uppercase_prefix() {
     harness::unique_schema("Oops");
@@ -137,11 +143,12 @@ async fn least_privilege_role_connects_and_is_limited() {
         .expect_err("a SELECT-only role must not insert");
     assert_eq!(err.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{err}");
 
-    // url_for_role names the role and is usable as is.
-    let url = harness::url_for_role(&role);
-    let config = tokio_postgres::Config::from_str(&url).unwrap();
+    // url_for_role names the role; url_for adds the password an external
+    // server may check.
+    let config = tokio_postgres::Config::from_str(&harness::url_for_role(&role)).unwrap();
     assert_eq!(config.get_user(), Some(role.as_str()));
-    let again = harness::connect_url(&url).await;
+    assert_eq!(config.get_password(), None);
+    let again = harness::connect_url(&harness::url_for(&role, Some("smoke-pw"), None)).await;
     let who: String = again
         .query_one("SELECT session_user::text", &[])
         .await
@@ -273,10 +280,10 @@ async fn create_database_gives_a_pristine_database() {
 
     // A plain login role has no CREATE on a fresh database.
     client
-        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN PASSWORD 'smoke-pw'"))
         .await
         .unwrap();
-    let as_role = harness::connect_url(&harness::url_for(&role, None, Some(&db))).await;
+    let as_role = harness::connect_url(&harness::url_for(&role, Some("smoke-pw"), Some(&db))).await;
     let err = as_role
         .batch_execute("CREATE SCHEMA not_allowed")
         .await

@@ -5,6 +5,7 @@
 
 pub mod clickhouse;
 pub mod pg;
+pub mod snapshots;
 
 pub use pg::{
     DATABASE_URL_ENV, PG_BIN_ENV, SKIP_ENV, connect, connect_as, connect_url, create_database,

@@ -23,6 +23,8 @@
 //! Each `#[tokio::test]` runs its own runtime, so connections are never shared
 //! between tests: [`connect`] opens a fresh one on the caller's runtime.
 
+#![warn(missing_docs)]
+
 use std::collections::hash_map::RandomState;
 use std::ffi::c_int;
 use std::fmt::Write as _;
@@ -458,7 +460,11 @@ fn unique_ident(prefix: &str) -> String {
     }
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let name = format!("{prefix}_{}_{n}", process_tag());
-    debug_assert!(name.len() <= 63, "{name} is longer than 63 bytes");
+    // Also catches the prefix `pg` (giving `pg_...`) and a name over 63 bytes,
+    // which PostgreSQL would silently truncate.
+    if let Err(why) = check_ident(&name, 63) {
+        panic!("unique name prefix {prefix:?} gives the unusable name {name}: {why}");
+    }
     name
 }
 
@@ -652,7 +658,8 @@ fn find_bindir(program: &str) -> Result<PathBuf, String> {
             Ok(dir)
         } else {
             Err(format!(
-                "finding the PostgreSQL binaries: {PG_BIN_ENV}={} has no {program}",
+                "finding the PostgreSQL binaries: {PG_BIN_ENV}={} has no {program}; \
+                 point it at the directory holding the server binaries or unset it",
                 dir.display()
             ))
         };
@@ -814,11 +821,11 @@ fn register_exit_hook() {
 /// so the cluster is stopped and its directory gone before the process ends.
 extern "C" fn stop_cluster_at_exit() {
     // `try_lock`: never block the exit on a thread that died holding the lock.
-    if let Ok(mut guard) = WATCHDOG.try_lock() {
-        if let Some(Watchdog { mut child, stdin }) = guard.take() {
-            drop(stdin);
-            let _ = child.wait();
-        }
+    if let Ok(mut guard) = WATCHDOG.try_lock()
+        && let Some(Watchdog { mut child, stdin }) = guard.take()
+    {
+        drop(stdin);
+        let _ = child.wait();
     }
 }
 
