@@ -30,9 +30,21 @@ fn run(args: &[&str]) -> Outcome {
 fn assert_refused(args: &[&str], needle: &str) {
     let out = run(args);
     assert_eq!(out.code, ExitCode::from(2), "{args:?}: {}", out.stderr);
-    assert_eq!(out.stdout, "", "{args:?}: nothing may reach stdout on an error");
-    assert_eq!(out.stderr.lines().count(), 1, "{args:?}: one line: {:?}", out.stderr);
-    assert!(out.stderr.contains(needle), "{args:?}: {:?} lacks {needle:?}", out.stderr);
+    assert_eq!(
+        out.stdout, "",
+        "{args:?}: nothing may reach stdout on an error"
+    );
+    assert_eq!(
+        out.stderr.lines().count(),
+        1,
+        "{args:?}: one line: {:?}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(needle),
+        "{args:?}: {:?} lacks {needle:?}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -45,13 +57,19 @@ fn sql_prints_the_script_of_the_one_rendering_function() {
     let out = run(&["sql", "--schema", "tenant_a"]);
     let tenant = SchemaName::new("tenant_a").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.stdout, script(&tenant));
-    assert!(out.stdout.contains("CREATE TABLE IF NOT EXISTS \"tenant_a\".\"jobs\" (\n"));
+    assert!(
+        out.stdout
+            .contains("CREATE TABLE IF NOT EXISTS \"tenant_a\".\"jobs\" (\n")
+    );
     assert!(out.stdout.trim_end().ends_with("COMMIT;"));
 }
 
 #[test]
 fn refused_schema_names_exit_2_with_the_rule_on_one_line() {
-    assert_refused(&["sql", "--schema", "Alkstore"], "must start with a lowercase ASCII letter");
+    assert_refused(
+        &["sql", "--schema", "Alkstore"],
+        "must start with a lowercase ASCII letter",
+    );
     assert_refused(&["sql", "--schema", "pg_x"], "reserves for system schemas");
     assert_refused(&["sql", "--schema", "a;drop"], "contains ';' at byte 1");
     assert_refused(&["sql", "--schema", ""], "it is empty");
@@ -71,7 +89,11 @@ fn help_shows_examples_on_stdout() {
     let out = run(&["--help"]);
     assert_eq!(out.code, ExitCode::SUCCESS);
     assert!(out.stdout.contains("Examples:"), "{}", out.stdout);
-    assert!(out.stdout.contains("schema-gen sql --schema tenant_a"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("schema-gen sql --schema tenant_a"),
+        "{}",
+        out.stdout
+    );
     assert_eq!(out.stderr, "");
 }
 
@@ -88,7 +110,15 @@ fn describe_json_is_the_family_for_tools() {
         .unwrap_or_default();
     assert_eq!(
         tables,
-        ["jobs", "dead_jobs", "stream_events", "stream_offsets", "schedules", "locks", "consumed_events"]
+        [
+            "jobs",
+            "dead_jobs",
+            "stream_events",
+            "stream_offsets",
+            "schedules",
+            "locks",
+            "consumed_events"
+        ]
     );
     let claim = &json["tables"][0]["indexes"][0];
     assert_eq!(claim["name"], "jobs_claim_idx");
@@ -102,6 +132,14 @@ fn describe_json_is_the_family_for_tools() {
 fn describe_markdown_is_the_default() {
     let out = run(&["describe", "--schema", "tenant_a"]);
     assert_eq!(out.code, ExitCode::SUCCESS, "{}", out.stderr);
-    assert!(out.stdout.starts_with("# Schema `tenant_a`\n"), "{}", out.stdout);
-    assert!(out.stdout.contains("| `priority` | integer | no |"), "{}", out.stdout);
+    assert!(
+        out.stdout.starts_with("# Schema `tenant_a`\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("| `priority` | integer | no |"),
+        "{}",
+        out.stdout
+    );
 }

@@ -16,8 +16,14 @@ fn sql_prints_the_ddl_and_exits_0() {
     let out = schema_gen(&["sql"]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.starts_with("-- alkstore engine schema \"alkstore\""), "{stdout}");
-    assert!(stdout.contains("CREATE SCHEMA IF NOT EXISTS \"alkstore\";"), "{stdout}");
+    assert!(
+        stdout.starts_with("-- alkstore engine schema \"alkstore\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("CREATE SCHEMA IF NOT EXISTS \"alkstore\";"),
+        "{stdout}"
+    );
     assert!(out.stderr.is_empty());
 }
 
@@ -28,5 +34,8 @@ fn a_refused_name_exits_2_with_nothing_on_stdout() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("schema name \"Bad.Name\" is refused"), "{stderr}");
+    assert!(
+        stderr.contains("schema name \"Bad.Name\" is refused"),
+        "{stderr}"
+    );
 }
