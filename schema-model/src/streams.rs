@@ -21,6 +21,9 @@
 //!   the event its checkpoint names (`stream_offsets.offset` is that event's
 //!   id, so the checkpoint stays the offset of record).
 //!
+//! The price: the horizon is database-wide, so a long transaction anywhere in
+//! the database delays delivery (never loses it) until it ends.
+//!
 //! The retention sweep must then delete only events below the slowest
 //! consumer's checkpoint in that same `(tx_id, id)` order, never by id alone.
 //! Readers that do not need gap-freedom (a tail, an offset lookup) use
