@@ -70,3 +70,51 @@ pub fn to_markdown(description: &FamilyDescription) -> String {
     }
     out
 }
+
+/// Describes the analytics family (the ClickHouse dialect) for `database`:
+/// what `schema-gen describe --dialect clickhouse` prints.
+pub fn analytics(database: &schema_model::DatabaseName) -> crate::clickhouse::AnalyticsDescription {
+    crate::clickhouse::describe(database)
+}
+
+/// Renders the analytics description as pretty JSON with a trailing newline.
+pub fn analytics_to_json(
+    description: &crate::clickhouse::AnalyticsDescription,
+) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(description).map(|json| json + "\n")
+}
+
+/// Renders the analytics description as markdown: a section per table with
+/// its engine, keys, TTL, columns and constraints.
+pub fn analytics_to_markdown(description: &crate::clickhouse::AnalyticsDescription) -> String {
+    let mut out = format!("# ClickHouse database `{}`\n", description.database);
+    for table in &description.tables {
+        out.push_str(&format!("\n## `{}`\n\n{}\n\n", table.name, table.doc));
+        out.push_str(&format!("- engine: `{}`\n", table.engine));
+        out.push_str(&format!("- partition key: `{}`\n", table.partition_key));
+        out.push_str(&format!(
+            "- sorting key (also the deduplication key): `{}`\n",
+            table.sorting_key
+        ));
+        if let Some(ttl) = &table.ttl {
+            out.push_str(&format!("- TTL: `{ttl}`\n"));
+        }
+        out.push_str("\n| column | type | null | doc |\n|---|---|---|---|\n");
+        for column in &table.columns {
+            out.push_str(&format!(
+                "| `{}` | `{}` | {} | {} |\n",
+                column.name,
+                column.ch_type,
+                if column.nullable { "yes" } else { "no" },
+                column.doc
+            ));
+        }
+        if !table.checks.is_empty() {
+            out.push_str("\n| constraint | definition |\n|---|---|\n");
+            for check in &table.checks {
+                out.push_str(&format!("| `{}` | `{}` |\n", check.name, check.definition));
+            }
+        }
+    }
+    out
+}

@@ -3,9 +3,23 @@
 //!
 //! [`render::bootstrap_statements`] is the only place SQL is produced; the
 //! binary prints it, the snapshots record it and bootstrap runs it.
+//!
+//! Against a live server: [`bootstrap()`] creates what is missing or proves,
+//! in one catalog read, that everything is there; [`verify()`] lists how a
+//! live schema differs from the model; both fail with an [`Error`] whose
+//! [`ErrorKind`] says what is wrong and what to do.
 
 #![deny(missing_docs)]
 
+pub mod bootstrap;
+pub mod catalog;
 pub mod cli;
+pub mod clickhouse;
 pub mod describe;
+pub mod error;
 pub mod render;
+pub mod verify;
+
+pub use bootstrap::{Outcome, bootstrap};
+pub use error::{Error, ErrorKind};
+pub use verify::{Difference, verify};

@@ -54,6 +54,7 @@
 
 #![deny(missing_docs)]
 
+pub mod analytics;
 pub mod consumed_events;
 pub mod dead_jobs;
 pub mod description;
@@ -64,6 +65,12 @@ pub mod schema_name;
 pub mod streams;
 pub mod table;
 
+pub use analytics::{
+    AttemptEvent, AttemptRow, ClickHouseCheck, ClickHouseCheckRule, ClickHouseColumn,
+    ClickHouseEngine, ClickHouseTable, ClickHouseTableVisitor, ClickHouseType, DatabaseName,
+    DatabaseNameError, DatabaseNameRule, PartitionKey, RowTtl, ShapeError, WebhookAttempts, shape,
+    shape_json, visit_analytics_family,
+};
 pub use consumed_events::{ConsumedEvent, ConsumedEvents};
 pub use dead_jobs::{DeadJob, DeadJobs};
 pub use description::{

@@ -4,8 +4,10 @@
 //! `harness::connect().await`.
 
 pub mod clickhouse;
+pub mod dump;
 pub mod pg;
 pub mod snapshots;
+pub mod wire;
 
 pub use pg::{
     DATABASE_URL_ENV, PG_BIN_ENV, SKIP_ENV, connect, connect_as, connect_url, create_database,

@@ -1,0 +1,495 @@
+//! `bootstrap(client, schema)`: what the engine calls at open. Idempotent,
+//! safe under concurrent opens, and cheap when the schema is already there.
+//!
+//! # Steady state: one round trip, reads only
+//!
+//! Bootstrap first reads the live catalog ([`catalog::read`]: one statement,
+//! `pg_catalog` only) and compares it with the model. When everything is
+//! present and matches, it returns [`Outcome::AlreadyCurrent`]: no DDL, no
+//! transaction, no lock an engine workload could wait on. `CREATE ... IF NOT
+//! EXISTS` would not do: `CREATE INDEX IF NOT EXISTS` takes a `SHARE` lock
+//! before it looks at the name, so it queues behind every open write
+//! transaction and every later writer queues behind it; and a runtime role
+//! with only `USAGE` and DML cannot run it at all. The read works for that role.
+//!
+//! # Drift: refuse, change nothing
+//!
+//! When an engine-owned object exists with another shape than the model's
+//! (a missing, extra or re-typed column, changed nullability or default, an
+//! index or constraint with the right name and another definition, a missing
+//! index or constraint on an existing table, or a relation the model does not
+//! declare), bootstrap returns [`ErrorKind::Drift`] listing every
+//! [`Difference`] and changes nothing. There is no migration machinery in v1.
+//!
+//! # Creating: one transaction
+//!
+//! When the schema or some of its tables do not exist (and nothing that
+//! exists has drifted), bootstrap opens one transaction and:
+//!
+//! 1. sets `lock_timeout` to [`render::DEFAULT_LOCK_TIMEOUT`] (`SET LOCAL`),
+//!    so no wait is unbounded, and takes the transaction-scoped advisory
+//!    lock keyed on the schema name ([`render::advisory_lock_statement`]),
+//!    the same lock the printed script takes, so concurrent bootstraps and
+//!    script runs of one schema take turns (concurrent `IF NOT EXISTS` DDL is
+//!    not race-safe in PostgreSQL);
+//! 2. reads the catalog again under the lock: another session may have
+//!    created the schema meanwhile (then it is [`Outcome::AlreadyCurrent`])
+//!    or something may have drifted (then it refuses);
+//! 3. runs the statements of [`render::bootstrap_statements`], the one
+//!    rendering function, for the objects that are missing: the schema if it
+//!    is missing, and each missing table with its indexes and comments.
+//!    Existing objects are never touched, so no DDL reaches a table that
+//!    workers may be writing, and a role that owns nothing existing can
+//!    still add a missing table (a table added to the model in a later
+//!    release is created this way);
+//! 4. verifies the result against the model, still inside the transaction;
+//! 5. commits. Any failure rolls everything back.
+//!
+//! Comments are documentation: a comment that differs from the model is
+//! reported by [`verify`](crate::verify::verify) (and `schema-gen check`) but
+//! never makes bootstrap refuse or issue DDL; re-running the printed script
+//! refreshes comments.
+
+use std::fmt;
+
+use tokio_postgres::{Client, GenericClient};
+
+use schema_model::{SchemaName, TableDescription, engine_family};
+
+use crate::catalog::{self, LiveCatalog};
+use crate::error::{Context, Error, ErrorKind, Step, classify};
+use crate::render::{self, DEFAULT_LOCK_TIMEOUT, Statement, StatementKind};
+use crate::verify::{Difference, compare};
+
+/// What [`bootstrap`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Missing objects were created, in one committed transaction.
+    Created {
+        /// The engine schema.
+        schema: SchemaName,
+        /// Whether the schema itself was created (false when it existed and
+        /// only tables were missing).
+        schema_created: bool,
+        /// The tables created, in creation order.
+        tables_created: Vec<String>,
+        /// How many statements ran (DDL and comments).
+        statements_run: usize,
+    },
+    /// Everything was present and matched the model: nothing was done.
+    AlreadyCurrent {
+        /// The engine schema.
+        schema: SchemaName,
+        /// Comments that differ from the model's docs (documentation only;
+        /// bootstrap never rewrites existing objects).
+        stale_comments: Vec<Difference>,
+    },
+}
+
+impl Outcome {
+    /// Whether this bootstrap created anything.
+    pub fn created(&self) -> bool {
+        matches!(self, Self::Created { .. })
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Created {
+                schema,
+                schema_created: true,
+                tables_created,
+                statements_run,
+            } => write!(
+                f,
+                "created schema {schema} with {} tables ({}): {statements_run} statements in one \
+                 transaction",
+                tables_created.len(),
+                tables_created.join(", ")
+            ),
+            Self::Created {
+                schema,
+                schema_created: false,
+                tables_created,
+                statements_run,
+            } => write!(
+                f,
+                "created {} missing table{} in existing schema {schema} ({}): {statements_run} \
+                 statements in one transaction",
+                tables_created.len(),
+                if tables_created.len() == 1 { "" } else { "s" },
+                tables_created.join(", ")
+            ),
+            Self::AlreadyCurrent {
+                schema,
+                stale_comments,
+            } if stale_comments.is_empty() => {
+                write!(f, "schema {schema} is already current: nothing to do")
+            }
+            Self::AlreadyCurrent {
+                schema,
+                stale_comments,
+            } => write!(
+                f,
+                "schema {schema} is already current: nothing to do; {} comment{} differ{} from \
+                 the model (documentation only): run `schema-gen sql --schema {schema} | psql -v \
+                 ON_ERROR_STOP=1` as the owner to refresh them",
+                stale_comments.len(),
+                if stale_comments.len() == 1 { "" } else { "s" },
+                if stale_comments.len() == 1 { "s" } else { "" },
+            ),
+        }
+    }
+}
+
+/// Brings `schema` to the model, or proves it is there: see the module docs.
+///
+/// At steady state this is one round trip that only reads `pg_catalog`.
+///
+/// # Errors
+///
+/// - [`ErrorKind::Drift`]: objects exist with another shape; nothing changed.
+/// - [`ErrorKind::Privilege`]: the role lacks a privilege to create what is
+///   missing (the message names it, e.g. `CREATE on database app`).
+/// - [`ErrorKind::LockTimeout`]: a lock wait exceeded
+///   [`render::DEFAULT_LOCK_TIMEOUT`]; the message says what it waited for.
+/// - [`ErrorKind::Connection`]: the connection was lost; nothing was committed.
+/// - [`ErrorKind::Query`] / [`ErrorKind::Other`]: anything else.
+pub async fn bootstrap(client: &mut Client, schema: &SchemaName) -> Result<Outcome, Error> {
+    let model = engine_family();
+    let live = catalog::read(&*client, schema).await?;
+    if let Some(current) = assess(&live, schema, &model)? {
+        return Ok(current);
+    }
+    match create(client, schema, &model).await {
+        // A creator that does not take the advisory lock (a hand-written
+        // script) can still clash with us on a catalog unique index; the
+        // transaction rolled back, so one more try sees its committed result.
+        Err(err) if is_creation_clash(&err) => create(client, schema, &model).await,
+        other => other,
+    }
+}
+
+/// `Ok(Some(AlreadyCurrent))` when nothing is missing, `Ok(None)` when
+/// objects must be created, `Err(Drift)` when anything has drifted.
+fn assess(
+    live: &LiveCatalog,
+    schema: &SchemaName,
+    model: &[TableDescription],
+) -> Result<Option<Outcome>, Error> {
+    let differences = compare(live, schema, model);
+    if differences.iter().any(Difference::is_drift) {
+        return Err(ErrorKind::Drift {
+            schema: schema.clone(),
+            differences,
+        }
+        .into());
+    }
+    if differences.iter().any(Difference::is_missing_object) {
+        return Ok(None);
+    }
+    Ok(Some(Outcome::AlreadyCurrent {
+        schema: schema.clone(),
+        stale_comments: differences,
+    }))
+}
+
+fn is_creation_clash(err: &Error) -> bool {
+    match err.kind() {
+        ErrorKind::Query { source, .. } => matches!(
+            source.code().map(|c| c.code()),
+            Some("23505" | "42P06" | "42P07" | "42710")
+        ),
+        _ => false,
+    }
+}
+
+async fn create(
+    client: &mut Client,
+    schema: &SchemaName,
+    model: &[TableDescription],
+) -> Result<Outcome, Error> {
+    let mut context = Context {
+        role: "the current role".to_owned(),
+        schema: schema.clone(),
+    };
+    let tx = client.transaction().await.map_err(|err| {
+        classify(
+            err,
+            &Step {
+                doing: "starting the bootstrap transaction".to_owned(),
+                ..Step::default()
+            },
+            &context,
+        )
+    })?;
+    match create_in(&tx, schema, model, &mut context).await {
+        Ok(outcome @ Outcome::Created { .. }) => {
+            tx.commit().await.map_err(|err| {
+                classify(
+                    err,
+                    &Step {
+                        doing: format!("committing the bootstrap of schema {schema}"),
+                        ..Step::default()
+                    },
+                    &context,
+                )
+            })?;
+            Ok(outcome)
+        }
+        Ok(outcome) => {
+            // Nothing was done; ending the transaction releases the lock.
+            let _ = tx.rollback().await;
+            Ok(outcome)
+        }
+        Err(err) => {
+            // Awaited rather than left to `Drop`, so the lock is released and
+            // nothing is pending when the caller sees the error. A failure
+            // here means the connection is gone, which rolls back too.
+            let _ = tx.rollback().await;
+            Err(err)
+        }
+    }
+}
+
+async fn create_in<C: GenericClient + Sync>(
+    tx: &C,
+    schema: &SchemaName,
+    model: &[TableDescription],
+    context: &mut Context,
+) -> Result<Outcome, Error> {
+    let lock = Step {
+        doing: format!("taking the bootstrap lock of schema {schema}"),
+        waiting_for: Some(format!(
+            "the bootstrap lock of schema {schema} (advisory lock {}): another session is \
+             bootstrapping it or running its `schema-gen sql` script",
+            render::advisory_lock_key(schema)
+        )),
+        timeout: Some(DEFAULT_LOCK_TIMEOUT.to_owned()),
+        ..Step::default()
+    };
+    // One round trip: the timeout must be in force before the lock wait.
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{DEFAULT_LOCK_TIMEOUT}'; {}",
+        render::advisory_lock_statement(schema)
+    ))
+    .await
+    .map_err(|err| classify(err, &lock, context))?;
+
+    let before = catalog::read(tx, schema).await?;
+    context.role = before.role.clone();
+    if let Some(current) = assess(&before, schema, model)? {
+        return Ok(current);
+    }
+
+    let plan = plan(&before, render::bootstrap_statements(schema));
+    for planned in &plan {
+        let step = statement_step(planned, schema, &before.database);
+        tx.batch_execute(&planned.statement.sql)
+            .await
+            .map_err(|err| classify(err, &step, context))?;
+    }
+
+    let after = catalog::read(tx, schema).await?;
+    let known = compare(&before, schema, model);
+    let left: Vec<Difference> = compare(&after, schema, model)
+        .into_iter()
+        .filter(|d| !(d.is_comment() && known.contains(d)))
+        .collect();
+    if !left.is_empty() {
+        let list: Vec<String> = left.iter().map(ToString::to_string).collect();
+        return Err(ErrorKind::Other {
+            message: format!(
+                "after running the bootstrap statements, schema {schema} still differs from the \
+                 model: {}; this is a bug in schema-gen (the rendered SQL and the model \
+                 disagree); the transaction was rolled back, nothing was changed",
+                list.join("; ")
+            ),
+        }
+        .into());
+    }
+
+    Ok(Outcome::Created {
+        schema: schema.clone(),
+        schema_created: before.schema.is_none(),
+        tables_created: plan
+            .iter()
+            .filter(|p| p.statement.kind == StatementKind::CreateTable)
+            .map(|p| p.statement.object.clone())
+            .collect(),
+        statements_run: plan.len(),
+    })
+}
+
+/// A statement to run, with the table it belongs to (`None` for the schema).
+#[derive(Debug)]
+struct Planned {
+    statement: Statement,
+    table: Option<String>,
+}
+
+/// The statements that create what is missing, in rendering order: the
+/// schema's when the schema is missing, and each missing table's. Relies on
+/// the order [`render::bootstrap_statements`] documents: the schema's
+/// statements, then per table its `CREATE TABLE` followed by its indexes and
+/// comments.
+fn plan(live: &LiveCatalog, statements: Vec<Statement>) -> Vec<Planned> {
+    let schema_missing = live.schema.is_none();
+    let mut table: Option<String> = None;
+    let mut out = Vec::new();
+    for statement in statements {
+        if statement.kind == StatementKind::CreateTable {
+            table = Some(statement.object.clone());
+        }
+        let needed = match &table {
+            None => schema_missing,
+            Some(name) => live.relation(name).is_none(),
+        };
+        if needed {
+            out.push(Planned {
+                statement,
+                table: table.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// How to word a failure of one planned statement.
+fn statement_step(planned: &Planned, schema: &SchemaName, database: &str) -> Step {
+    let statement = &planned.statement;
+    let what = match statement.kind {
+        StatementKind::CreateSchema => "CREATE SCHEMA",
+        StatementKind::CreateTable => "CREATE TABLE",
+        StatementKind::CreateIndex => "CREATE INDEX",
+        StatementKind::Comment => "COMMENT",
+    };
+    let privilege = match (statement.kind, &planned.table) {
+        (StatementKind::CreateSchema, _) => format!("CREATE on database {database}"),
+        (StatementKind::CreateTable, _) => format!("CREATE on schema {schema}"),
+        (_, Some(table)) => format!("ownership of table {schema}.{table}"),
+        (_, None) => format!("ownership of schema {schema}"),
+    };
+    Step {
+        doing: format!("running {what} for {}", statement.object),
+        privilege: Some(privilege),
+        waiting_for: Some(format!(
+            "a lock needed by {what} for {} (another session holds a conflicting lock, or is \
+             creating the same object without the bootstrap lock)",
+            statement.object
+        )),
+        timeout: Some(DEFAULT_LOCK_TIMEOUT.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::LiveSchema;
+    use crate::verify::tests::perfect;
+
+    fn schema() -> SchemaName {
+        SchemaName::new("alk").unwrap()
+    }
+
+    #[test]
+    fn a_missing_schema_runs_every_statement() {
+        let live = LiveCatalog {
+            role: "r".into(),
+            database: "d".into(),
+            schema: None,
+            relations: vec![],
+        };
+        let all = render::bootstrap_statements(&schema());
+        let planned = plan(&live, all.clone());
+        assert_eq!(planned.len(), all.len());
+        assert_eq!(planned[0].statement.kind, StatementKind::CreateSchema);
+        assert_eq!(
+            statement_step(&planned[0], &schema(), "d")
+                .privilege
+                .as_deref(),
+            Some("CREATE on database d")
+        );
+        assert!(
+            assess(&live, &schema(), &engine_family())
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn only_missing_tables_are_created_in_an_existing_schema() {
+        let mut live = perfect(&schema());
+        live.relations.retain(|r| r.name != "locks");
+        live.schema = Some(LiveSchema { comment: None });
+        let planned = plan(&live, render::bootstrap_statements(&schema()));
+        assert!(
+            planned.iter().all(|p| p.table.as_deref() == Some("locks")),
+            "{planned:#?}"
+        );
+        let kinds: Vec<StatementKind> = planned.iter().map(|p| p.statement.kind).collect();
+        assert_eq!(kinds[0], StatementKind::CreateTable);
+        assert!(kinds.contains(&StatementKind::CreateIndex));
+        let comment = planned
+            .iter()
+            .find(|p| p.statement.kind == StatementKind::Comment)
+            .unwrap();
+        assert_eq!(
+            statement_step(comment, &schema(), "d").privilege.as_deref(),
+            Some("ownership of table alk.locks")
+        );
+        assert!(
+            assess(&live, &schema(), &engine_family())
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_complete_schema_plans_nothing_and_is_current_despite_comments() {
+        let mut live = perfect(&schema());
+        assert!(plan(&live, render::bootstrap_statements(&schema())).is_empty());
+        live.relations[0].comment = Some("old doc".into());
+        match assess(&live, &schema(), &engine_family()).unwrap() {
+            Some(Outcome::AlreadyCurrent { stale_comments, .. }) => {
+                assert_eq!(stale_comments.len(), 1)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn drift_with_missing_tables_is_refused() {
+        let mut live = perfect(&schema());
+        live.relations.retain(|r| r.name != "locks");
+        live.relations[0].columns.pop();
+        let err = assess(&live, &schema(), &engine_family()).unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::Drift { .. }), "{err}");
+        assert_eq!(err.differences().len(), 2, "{err}");
+    }
+
+    #[test]
+    fn outcomes_read_as_sentences() {
+        let created = Outcome::Created {
+            schema: schema(),
+            schema_created: false,
+            tables_created: vec!["locks".into()],
+            statements_run: 8,
+        };
+        assert_eq!(
+            created.to_string(),
+            "created 1 missing table in existing schema alk (locks): 8 statements in one transaction"
+        );
+        let current = Outcome::AlreadyCurrent {
+            schema: schema(),
+            stale_comments: vec![],
+        };
+        assert_eq!(
+            current.to_string(),
+            "schema alk is already current: nothing to do"
+        );
+        assert!(!current.created());
+    }
+}

@@ -1,0 +1,233 @@
+//! A TCP proxy in front of the test server that counts protocol round trips
+//! and records the SQL text each client sends.
+//!
+//! A round trip is a frontend message the client must wait on before it can
+//! go on: a simple `Query` (`Q`) or a `Sync` (`S`) closing an extended-query
+//! sequence (Parse/Bind/Describe/Execute). Counting them on the wire, rather
+//! than counting calls in the code under test, measures what the server
+//! actually saw.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio_postgres::config::Host;
+use tokio_postgres::{Client, Config, NoTls};
+
+/// What the proxy saw, over every connection made through it.
+#[derive(Debug, Default)]
+struct Seen {
+    round_trips: AtomicUsize,
+    statements: Mutex<Vec<String>>,
+}
+
+/// Where the real server listens.
+#[derive(Debug, Clone)]
+enum Upstream {
+    Tcp(String, u16),
+    Unix(PathBuf),
+}
+
+/// A counting proxy bound to `127.0.0.1` on a free port, forwarding to the
+/// test server. Its accept loop runs on the runtime that started it.
+#[derive(Debug)]
+pub struct CountingProxy {
+    addr: SocketAddr,
+    seen: Arc<Seen>,
+}
+
+impl CountingProxy {
+    /// Starts a proxy in front of the server of `url` (a URL from the harness).
+    ///
+    /// # Panics
+    ///
+    /// If the URL cannot be parsed or no local port can be bound.
+    pub async fn start(url: &str) -> Self {
+        let config = Config::from_str(url).unwrap_or_else(|e| panic!("proxy: bad URL: {e}"));
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let upstream = match config.get_hosts().first() {
+            Some(Host::Tcp(host)) => Upstream::Tcp(host.clone(), port),
+            Some(Host::Unix(dir)) => Upstream::Unix(dir.join(format!(".s.PGSQL.{port}"))),
+            None => Upstream::Tcp("localhost".to_owned(), port),
+        };
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap_or_else(|e| panic!("proxy: bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("proxy: local_addr: {e}"));
+        let seen = Arc::new(Seen::default());
+        let accept_seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let seen = Arc::clone(&accept_seen);
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    match upstream {
+                        Upstream::Tcp(host, port) => {
+                            if let Ok(server) = TcpStream::connect((host.as_str(), port)).await {
+                                relay(client, server, seen).await;
+                            }
+                        }
+                        Upstream::Unix(path) => {
+                            if let Ok(server) = UnixStream::connect(path).await {
+                                relay(client, server, seen).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, seen }
+    }
+
+    /// Connects through the proxy with the user, password and database of `url`.
+    ///
+    /// # Panics
+    ///
+    /// If the URL cannot be parsed or the connection fails.
+    pub async fn connect(&self, url: &str) -> Client {
+        let (client, connection) = tokio_postgres::connect(&self.url(url), NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("proxy: connect: {e}"));
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    /// A key/value URL (for `psql -d` or `tokio_postgres`) that reaches the
+    /// server of `url` through the proxy, as the same user and database.
+    ///
+    /// # Panics
+    ///
+    /// If the URL cannot be parsed.
+    pub fn url(&self, url: &str) -> String {
+        let parsed = Config::from_str(url).unwrap_or_else(|e| panic!("proxy: bad URL: {e}"));
+        let mut out = format!("host=127.0.0.1 port={}", self.addr.port());
+        if let Some(user) = parsed.get_user() {
+            out.push_str(&format!(" user={}", quote(user)));
+        }
+        if let Some(password) = parsed.get_password() {
+            out.push_str(&format!(
+                " password={}",
+                quote(&String::from_utf8_lossy(password))
+            ));
+        }
+        if let Some(dbname) = parsed.get_dbname() {
+            out.push_str(&format!(" dbname={}", quote(dbname)));
+        }
+        out
+    }
+
+    /// Round trips seen since the start or the last [`reset`](Self::reset).
+    pub fn round_trips(&self) -> usize {
+        self.seen.round_trips.load(Ordering::SeqCst)
+    }
+
+    /// SQL texts sent (simple queries and Parse messages), in order.
+    pub fn statements(&self) -> Vec<String> {
+        self.seen
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Forgets what was seen so far (e.g. the connection's own start-up).
+    pub fn reset(&self) {
+        self.seen.round_trips.store(0, Ordering::SeqCst);
+        self.seen
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+async fn relay<S>(client: TcpStream, server: S, seen: Arc<Seen>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = tokio::io::split(server);
+    let down = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    });
+    let _ = forward_counting(&mut client_read, &mut server_write, &seen).await;
+    let _ = server_write.shutdown().await;
+    let _ = down.await;
+}
+
+/// Forwards the frontend stream message by message, counting round trips.
+async fn forward_counting<R, W>(from: &mut R, to: &mut W, seen: &Seen) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    // Start-up messages have no type byte: length, then a code. An SSL or
+    // GSS request is followed by another start-up message.
+    loop {
+        let len = from.read_i32().await?;
+        let mut body = vec![0u8; usize::try_from(len - 4).unwrap_or(0)];
+        from.read_exact(&mut body).await?;
+        to.write_all(&len.to_be_bytes()).await?;
+        to.write_all(&body).await?;
+        to.flush().await?;
+        let code = body
+            .get(..4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .unwrap_or(0);
+        if !matches!(code, 80_877_103 | 80_877_104) {
+            break;
+        }
+    }
+    loop {
+        let tag = from.read_u8().await?;
+        let len = from.read_i32().await?;
+        let mut body = vec![0u8; usize::try_from(len - 4).unwrap_or(0)];
+        from.read_exact(&mut body).await?;
+        match tag {
+            b'Q' => {
+                record(seen, &body);
+                seen.round_trips.fetch_add(1, Ordering::SeqCst);
+            }
+            b'P' => {
+                // Parse: statement name, NUL, query text, NUL, ...
+                if let Some(at) = body.iter().position(|&b| b == 0) {
+                    record(seen, &body[at + 1..]);
+                }
+            }
+            b'S' => {
+                seen.round_trips.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+        to.write_all(&[tag]).await?;
+        to.write_all(&len.to_be_bytes()).await?;
+        to.write_all(&body).await?;
+        to.flush().await?;
+    }
+}
+
+fn record(seen: &Seen, text_and_rest: &[u8]) {
+    let end = text_and_rest
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(text_and_rest.len());
+    let text = String::from_utf8_lossy(&text_and_rest[..end]).into_owned();
+    seen.statements
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(text);
+}
+
+/// Quotes a key/value connection-string value (libpq rules).
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}

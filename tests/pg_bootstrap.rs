@@ -1,0 +1,1063 @@
+//! `bootstrap` and `verify` against a real PostgreSQL server: creation,
+//! idempotence, the live catalog, the engine's invariants on real rows,
+//! concurrency, locks, privileges, co-tenancy and interrupted bootstraps.
+//!
+//! Every test works in its own schema (or its own database), so the tests run
+//! in parallel against one server.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use schema_gen::catalog::CATALOG_QUERY;
+use schema_gen::render::{self, StatementKind};
+use schema_gen::{ErrorKind, Outcome, bootstrap, verify};
+use schema_model::description::pg_ident;
+use schema_model::{SchemaName, engine_family};
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+
+fn model_tables() -> Vec<String> {
+    engine_family().into_iter().map(|t| t.name).collect()
+}
+
+fn schema_named(prefix: &str) -> SchemaName {
+    let raw = harness::unique_schema(prefix);
+    SchemaName::new(&raw).unwrap_or_else(|e| panic!("harness name {raw} refused: {e}"))
+}
+
+async fn exec(client: &Client, sql: &str) {
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn bootstrapped(prefix: &str) -> (Client, SchemaName) {
+    let mut client = harness::connect().await;
+    let schema = schema_named(prefix);
+    let outcome = bootstrap(&mut client, &schema)
+        .await
+        .unwrap_or_else(|e| panic!("bootstrap of {schema}: {e}"));
+    assert!(outcome.created(), "{outcome}");
+    (client, schema)
+}
+
+#[tokio::test]
+async fn bootstrap_twice_creates_then_is_already_current() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let mut client = harness::connect().await;
+    let schema = schema_named("boot_twice");
+
+    let first = bootstrap(&mut client, &schema).await.unwrap();
+    match &first {
+        Outcome::Created {
+            schema_created,
+            tables_created,
+            statements_run,
+            ..
+        } => {
+            assert!(schema_created);
+            assert_eq!(tables_created, &model_tables());
+            assert_eq!(*statements_run, render::bootstrap_statements(&schema).len());
+        }
+        other => panic!("first bootstrap: {other:?}"),
+    }
+    let after_first = harness::dump::dump_schema(&client, schema.as_str()).await;
+
+    let second = bootstrap(&mut client, &schema).await.unwrap();
+    assert_eq!(
+        second,
+        Outcome::AlreadyCurrent {
+            schema: schema.clone(),
+            stale_comments: vec![],
+        }
+    );
+    assert_eq!(
+        second.to_string(),
+        format!("schema {schema} is already current: nothing to do")
+    );
+    assert_eq!(
+        harness::dump::dump_schema(&client, schema.as_str()).await,
+        after_first,
+        "a steady-state bootstrap changed the catalog"
+    );
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+
+    // Every table of the model exists with exactly its pinned columns.
+    for table in engine_family() {
+        let rows = client
+            .query(
+                "SELECT column_name::text FROM information_schema.columns
+                 WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
+                &[&schema.as_str(), &table.name],
+            )
+            .await
+            .unwrap();
+        let live: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let model: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
+        assert_eq!(live, model, "columns of {}", table.name);
+    }
+}
+
+#[tokio::test]
+async fn the_live_catalog_is_pinned_by_a_snapshot() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = bootstrapped("snap").await;
+    let dump = harness::dump::dump_schema(&client, schema.as_str()).await;
+    // The random schema name would make every run differ.
+    let stable = dump.replace(schema.as_str(), "<schema>");
+    assert!(!stable.contains(schema.as_str()));
+    harness::snapshots::settings().bind(|| {
+        insta::assert_snapshot!("pg_live_catalog", stable);
+    });
+}
+
+#[tokio::test]
+async fn a_missing_schema_is_one_difference() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = schema_named("never_made");
+    let differences = verify(&client, &schema).await.unwrap();
+    assert_eq!(
+        differences
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [format!("missing schema {schema}")]
+    );
+}
+
+#[tokio::test]
+async fn the_claim_index_has_its_definition_and_serves_the_claim_without_a_sort() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = bootstrapped("claim").await;
+    let definition: String = client
+        .query_one(
+            "SELECT pg_get_indexdef(format('%I.%I', $1::text, 'jobs_claim_idx')::regclass)",
+            &[&schema.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Written out by hand: equality prefix, the exact ORDER BY (DESC where
+    // it is DESC), then id, restricted to claimable rows.
+    assert_eq!(
+        definition,
+        format!(
+            "CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree \
+             (queue, priority DESC, run_at, id) WHERE (claimed_at IS NULL)"
+        )
+    );
+
+    exec(
+        &client,
+        &format!(
+            "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, enqueued_at,
+                 visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s,
+                 attempts)
+             SELECT 'q' || (i % 20), '\\x00', i % 7, i, i, 30, 3, 1, 86400, 0
+             FROM generate_series(1, 5000) AS i;
+             ANALYZE {schema}.jobs;"
+        ),
+    )
+    .await;
+    let plan = client
+        .query(
+            &format!(
+                "EXPLAIN SELECT id FROM {schema}.jobs
+                 WHERE queue = 'q3' AND claimed_at IS NULL AND run_at <= 4000
+                 ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let plan: Vec<String> = plan.iter().map(|r| r.get(0)).collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("jobs_claim_idx"), "{plan}");
+    assert!(!plan.contains("Sort"), "the claim must not sort:\n{plan}");
+}
+
+#[tokio::test]
+async fn stream_offsets_are_monotone_and_leave_gaps_that_are_never_reused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = bootstrapped("offsets").await;
+    let append = format!(
+        "INSERT INTO {schema}.stream_events (stream, key, payload, created_at)
+         VALUES ('s', NULL, '\\x01', 1) RETURNING id"
+    );
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let id: i64 = client.query_one(&append, &[]).await.unwrap().get(0);
+        ids.push(id);
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+    // Delete the last and a middle event: the survivors keep their ids and
+    // the next append does not reuse either.
+    exec(
+        &client,
+        &format!(
+            "DELETE FROM {schema}.stream_events WHERE id IN ({}, {})",
+            ids[2], ids[4]
+        ),
+    )
+    .await;
+    let next: i64 = client.query_one(&append, &[]).await.unwrap().get(0);
+    assert!(
+        next > ids[4],
+        "offset {next} reused after deleting {}",
+        ids[4]
+    );
+    let survivors: Vec<i64> = client
+        .query(
+            &format!("SELECT id FROM {schema}.stream_events ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(survivors, [ids[0], ids[1], ids[3], next]);
+
+    // Nobody can supply or rewrite an offset.
+    let err = client
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.stream_events (id, stream, payload, created_at)
+             VALUES ({}, 's', '\\x01', 1)",
+            ids[2]
+        ))
+        .await
+        .expect_err("an explicit offset must be refused");
+    assert_eq!(err.code(), Some(&SqlState::GENERATED_ALWAYS), "{err}");
+    let err = client
+        .batch_execute(&format!("UPDATE {schema}.stream_events SET id = id + 100"))
+        .await
+        .expect_err("renumbering must be refused");
+    assert_eq!(err.code(), Some(&SqlState::GENERATED_ALWAYS), "{err}");
+}
+
+#[tokio::test]
+async fn payloads_round_trip_byte_for_byte() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = bootstrapped("payloads").await;
+    let every_byte: Vec<u8> = (0..=255u8).collect();
+    let payloads: Vec<Vec<u8>> = vec![
+        every_byte,
+        // Not UTF-8: a lone continuation byte, an overlong '/', a surrogate, 0xFF.
+        vec![0x80, b'a', 0xC0, 0xAF, 0xED, 0xA0, 0x80, 0xFF, 0xFE, 0x00],
+        // JSON that jsonb would rewrite: duplicate keys, key order, whitespace.
+        b"{\"b\":1,  \"a\" :2,\n\t\"a\":3 , \"z\":[ 1 ,2 ] }\r\n".to_vec(),
+        b"\"\\u0000 \\ud800\"".to_vec(),
+        Vec::new(),
+    ];
+    for (n, payload) in payloads.iter().enumerate() {
+        let n = i64::try_from(n).unwrap();
+        let inserts = [
+            format!(
+                "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, enqueued_at,
+                     visibility_timeout_s, max_attempts, backoff_base_s,
+                     dead_letter_retention_s, attempts)
+                 VALUES ('q', $1, 0, 0, 0, 30, 3, 1, 60, 0) RETURNING id::bigint"
+            ),
+            format!(
+                "INSERT INTO {schema}.dead_jobs (id, queue, payload, priority, run_at,
+                     enqueued_at, visibility_timeout_s, max_attempts, backoff_base_s,
+                     dead_letter_retention_s, attempts, died_at)
+                 VALUES ({n}, 'q', $1, 0, 0, 0, 30, 3, 1, 60, 3, 0) RETURNING id"
+            ),
+            format!(
+                "INSERT INTO {schema}.stream_events (stream, payload, created_at)
+                 VALUES ('s', $1, 0) RETURNING id"
+            ),
+            format!(
+                "INSERT INTO {schema}.schedules (name, spec, every_s, queue, payload, priority,
+                     max_attempts, visibility_timeout_s, backoff_base_s,
+                     dead_letter_retention_s, next_fire_at, enabled)
+                 VALUES ('s{n}', '@every 1m', 60, 'q', $1, 0, 3, 30, 1, 60, 0, true)
+                 RETURNING 0::bigint"
+            ),
+        ];
+        let tables = ["jobs", "dead_jobs", "stream_events", "schedules"];
+        for (insert, table) in inserts.iter().zip(tables) {
+            let key: i64 = client
+                .query_one(insert.as_str(), &[payload])
+                .await
+                .unwrap_or_else(|e| panic!("{table}: {e}"))
+                .get(0);
+            let filter = if table == "schedules" {
+                format!("name = 's{n}'")
+            } else {
+                format!("id = {key}")
+            };
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT payload, encode(payload, 'hex'), octet_length(payload)
+                         FROM {schema}.{table} WHERE {filter}"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap();
+            let back: Vec<u8> = row.get(0);
+            let hex: String = row.get(1);
+            let len: i32 = row.get(2);
+            assert_eq!(&back, payload, "{table}: payload {n} changed");
+            // What the server stored, read without the binary codec.
+            let expected_hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, expected_hex, "{table}: payload {n} stored differently");
+            assert_eq!(usize::try_from(len).unwrap(), payload.len());
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_model_identifier_is_quoted_as_the_server_quotes_it() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let mut names = Vec::new();
+    for table in engine_family() {
+        names.push(table.name.clone());
+        names.extend(table.columns.iter().map(|c| c.name.clone()));
+        names.extend(table.indexes.iter().map(|i| i.name.clone()));
+        names.push(table.primary_key.name.clone());
+        names.extend(table.checks.iter().map(|c| c.name.clone()));
+    }
+    // `offset` is a column and a reserved word: the case that matters.
+    assert!(names.iter().any(|n| n == "offset"));
+    for name in &names {
+        let server: String = client
+            .query_one("SELECT quote_ident($1)", &[name])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(pg_ident(name), server, "quoting of {name:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_concurrent_bootstraps_of_one_fresh_schema_all_succeed_and_one_creates() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    const SESSIONS: usize = 32;
+    let schema = schema_named("concurrent");
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        clients.push(harness::connect().await);
+    }
+    // All sessions start together, so they all see the schema missing.
+    let barrier = Arc::new(tokio::sync::Barrier::new(SESSIONS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut client in clients {
+        let schema = schema.clone();
+        let barrier = Arc::clone(&barrier);
+        tasks.spawn(async move {
+            barrier.wait().await;
+            bootstrap(&mut client, &schema).await
+        });
+    }
+    let mut created = 0;
+    let mut current = 0;
+    while let Some(result) = tasks.join_next().await {
+        match result.unwrap() {
+            Ok(Outcome::Created { .. }) => created += 1,
+            Ok(Outcome::AlreadyCurrent { .. }) => current += 1,
+            Ok(other) => panic!("unexpected outcome {other:?}"),
+            Err(err) => panic!("a concurrent bootstrap failed: {err}"),
+        }
+    }
+    assert_eq!((created, current), (1, SESSIONS - 1));
+    let client = harness::connect().await;
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn steady_state_is_one_round_trip_that_only_reads_the_catalog() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (_, schema) = bootstrapped("one_trip").await;
+    let proxy = harness::wire::CountingProxy::start(&harness::database_url()).await;
+    let mut client = proxy.connect(&harness::database_url()).await;
+    proxy.reset();
+
+    let outcome = bootstrap(&mut client, &schema).await.unwrap();
+    assert!(!outcome.created(), "{outcome}");
+    assert_eq!(proxy.round_trips(), 1, "{:#?}", proxy.statements());
+    assert_eq!(proxy.statements(), [CATALOG_QUERY]);
+    let upper = CATALOG_QUERY.to_uppercase();
+    for ddl in [
+        "CREATE ",
+        "ALTER ",
+        "COMMENT ON",
+        "LOCK ",
+        "BEGIN",
+        "ADVISORY",
+    ] {
+        assert!(!upper.contains(ddl), "the catalog read contains {ddl:?}");
+    }
+
+    proxy.reset();
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+    assert_eq!(proxy.round_trips(), 1);
+
+    // The proxy counts what it should: the creating path is many round trips.
+    proxy.reset();
+    let fresh = schema_named("one_trip_fresh");
+    assert!(bootstrap(&mut client, &fresh).await.unwrap().created());
+    assert!(proxy.round_trips() > 10, "{}", proxy.round_trips());
+}
+
+/// The tables of the engine family in `schema`, qualified.
+fn qualified_tables(schema: &SchemaName) -> Vec<String> {
+    model_tables()
+        .into_iter()
+        .map(|t| format!("{schema}.{t}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_state_completes_while_every_engine_table_is_being_written() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (_, schema) = bootstrapped("busy").await;
+
+    // One open write transaction per engine table (ROW EXCLUSIVE is what
+    // INSERT, UPDATE and DELETE take), plus a real pending insert into jobs.
+    let mut writers = Vec::new();
+    for table in qualified_tables(&schema) {
+        let writer = harness::connect().await;
+        exec(
+            &writer,
+            &format!("BEGIN; LOCK TABLE {table} IN ROW EXCLUSIVE MODE;"),
+        )
+        .await;
+        writers.push(writer);
+    }
+    exec(
+        &writers[0],
+        &format!(
+            "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, enqueued_at,
+                 visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s,
+                 attempts)
+             VALUES ('q', '\\x00', 0, 0, 0, 30, 3, 1, 60, 0)"
+        ),
+    )
+    .await;
+
+    let mut opener = harness::connect().await;
+    exec(&opener, "SET lock_timeout = '200ms'").await;
+    // lock_timeout turns any wait on a conflicting lock into an error.
+    let outcome = bootstrap(&mut opener, &schema).await.unwrap();
+    assert!(!outcome.created(), "{outcome}");
+
+    // The test can fail: the idempotent script's CREATE INDEX IF NOT EXISTS
+    // waits behind these writers until lock_timeout.
+    let index = render::bootstrap_statements(&schema)
+        .into_iter()
+        .find(|s| s.kind == StatementKind::CreateIndex)
+        .unwrap();
+    let err = opener
+        .batch_execute(&index.sql)
+        .await
+        .expect_err("CREATE INDEX IF NOT EXISTS must wait behind open writers");
+    assert_eq!(err.code(), Some(&SqlState::LOCK_NOT_AVAILABLE), "{err}");
+
+    // Stronger still: EXCLUSIVE on every table blocks all writes and row
+    // locks and leaves only ACCESS SHARE, the lock of a plain SELECT.
+    for writer in &writers {
+        exec(writer, "ROLLBACK").await;
+    }
+    for (writer, table) in writers.iter().zip(qualified_tables(&schema)) {
+        exec(
+            writer,
+            &format!("BEGIN; LOCK TABLE {table} IN EXCLUSIVE MODE;"),
+        )
+        .await;
+    }
+    let outcome = bootstrap(&mut opener, &schema).await.unwrap();
+    assert!(!outcome.created(), "{outcome}");
+    for writer in &writers {
+        exec(writer, "ROLLBACK").await;
+    }
+
+    // And the modes it takes, seen from inside a transaction.
+    let tx = opener.transaction().await.unwrap();
+    assert_eq!(verify(&tx, &schema).await.unwrap(), vec![]);
+    let modes: HashSet<String> = tx
+        .query(
+            "SELECT l.mode FROM pg_locks l
+             JOIN pg_class c ON c.oid = l.relation
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE l.pid = pg_backend_pid() AND n.nspname = $1",
+            &[&schema.as_str()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        modes.iter().all(|m| m == "AccessShareLock"),
+        "locks on engine relations: {modes:?}"
+    );
+    tx.rollback().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_least_privilege_role_bootstraps_at_steady_state() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let admin = harness::connect().await;
+    let schema = schema_named("least");
+    let role = harness::unique_name("runtime");
+
+    // The DBA applies the printed script, then grants USAGE and DML only.
+    let out = harness::psql()
+        .args(["-c", &render::script(&schema)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exec(
+        &admin,
+        &format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT USAGE ON SCHEMA {schema} TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};"
+        ),
+    )
+    .await;
+
+    let mut runtime = harness::connect_url(&harness::url_for_role(&role)).await;
+    let can: (bool, bool) = {
+        let row = runtime
+            .query_one(
+                "SELECT has_database_privilege(current_database(), 'CREATE'),
+                        has_schema_privilege($1, 'CREATE')",
+                &[&schema.as_str()],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(can, (false, false), "the role must not be able to create");
+
+    let outcome = bootstrap(&mut runtime, &schema).await.unwrap();
+    assert!(!outcome.created(), "{outcome}");
+    assert_eq!(verify(&runtime, &schema).await.unwrap(), vec![]);
+
+    // It can do the engine's work...
+    exec(
+        &runtime,
+        &format!(
+            "INSERT INTO {schema}.stream_events (stream, payload, created_at)
+             VALUES ('s', '\\x00', 0)"
+        ),
+    )
+    .await;
+    // ...and could not have run the idempotent script (so this test can fail).
+    let err = runtime
+        .batch_execute(&render::script(&schema))
+        .await
+        .expect_err("the script needs CREATE and ownership");
+    assert_eq!(err.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{err}");
+
+    drop(runtime);
+    exec(
+        &admin,
+        &format!("DROP SCHEMA {schema} CASCADE; DROP ROLE {role};"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_role_without_create_gets_an_error_that_names_the_missing_privilege() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let db = harness::unique_name("noprivdb");
+    let role = harness::unique_name("nocreate");
+    let db_admin = harness::connect_url(&harness::create_database(&db).await).await;
+    exec(&db_admin, &format!("CREATE ROLE {role} LOGIN")).await;
+    let mut client = harness::connect_url(&harness::url_for(&role, None, Some(&db))).await;
+    let schema = schema_named("denied");
+
+    let err = bootstrap(&mut client, &schema).await.unwrap_err();
+    match err.kind() {
+        ErrorKind::Privilege {
+            role: named,
+            privilege,
+            ..
+        } => {
+            assert_eq!(named, &role);
+            assert_eq!(privilege, &format!("CREATE on database {db}"));
+        }
+        other => panic!("expected a privilege error, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("role {role} lacks CREATE on database {db}")),
+        "{text}"
+    );
+    assert!(text.contains("schema-gen sql --schema"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    assert_eq!(
+        harness::dump::dump_schema(&db_admin, schema.as_str()).await,
+        format!("schema {schema}: does not exist\n")
+    );
+
+    // The schema exists (a DBA made it) but the role may not create in it.
+    exec(
+        &db_admin,
+        &format!("CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO {role};"),
+    )
+    .await;
+    let err = bootstrap(&mut client, &schema).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("role {role} lacks CREATE on schema {schema}")),
+        "{err}"
+    );
+    assert_eq!(
+        harness::dump::dump_schema(&db_admin, schema.as_str()).await,
+        format!("schema {schema} -- (no comment)\n"),
+        "a refused bootstrap left something behind"
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_creates_missing_tables_of_an_existing_schema_and_touches_nothing_else() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (mut client, schema) = bootstrapped("partial").await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE {schema}.locks, {schema}.consumed_events;
+             INSERT INTO {schema}.stream_events (stream, payload, created_at) VALUES ('s', '\\x00', 0);"
+        ),
+    )
+    .await;
+    let outcome = bootstrap(&mut client, &schema).await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Created {
+            schema: schema.clone(),
+            schema_created: false,
+            tables_created: vec!["locks".into(), "consumed_events".into()],
+            statements_run:
+                render::bootstrap_statements(&schema)
+                    .iter()
+                    .filter(|s| s.object.starts_with("locks")
+                        || s.object.starts_with("consumed_events"))
+                    .count(),
+        }
+    );
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+    let events: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {schema}.stream_events"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(events, 1);
+
+    // A schema a DBA created empty (owned by the bootstrapping role) is filled in.
+    let empty = schema_named("prepared");
+    exec(&client, &format!("CREATE SCHEMA {empty}")).await;
+    match bootstrap(&mut client, &empty).await.unwrap() {
+        Outcome::Created {
+            schema_created,
+            tables_created,
+            ..
+        } => {
+            assert!(!schema_created);
+            assert_eq!(tables_created, model_tables());
+        }
+        other => panic!("{other:?}"),
+    }
+    // Its comment was the DBA's (none) and stays so: reported, not rewritten.
+    let differences: Vec<String> = verify(&client, &empty)
+        .await
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        differences,
+        [format!(
+            "comment on schema {empty}: missing, model says {:?}",
+            render::SCHEMA_DOC
+        )]
+    );
+}
+
+/// The consumer's schemas and rows, for a before/after comparison.
+async fn consumer_dump(client: &Client) -> String {
+    let mut all = String::new();
+    for schema in ["public", "analytics"] {
+        all.push_str(&harness::dump::dump_schema(client, schema).await);
+    }
+    let rows: Vec<String> = client
+        .query(
+            "SELECT format('%s', j) FROM public.jobs j
+             UNION ALL SELECT format('%s', a) FROM analytics.jobs a ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    all.push_str(&rows.join("\n"));
+    all
+}
+
+#[tokio::test]
+async fn co_tenants_are_untouched_and_two_engine_schemas_stay_apart() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let db = harness::unique_name("cotenant");
+    let url = harness::create_database(&db).await;
+    let mut client = harness::connect_url(&url).await;
+    exec(
+        &client,
+        "CREATE TABLE public.jobs (id int PRIMARY KEY, note text NOT NULL);
+         INSERT INTO public.jobs VALUES (1, 'consumer row');
+         CREATE TABLE public.locks (name text);
+         CREATE SCHEMA analytics;
+         CREATE TABLE analytics.jobs (run_id bigint, status text);
+         CREATE INDEX jobs_claim_idx ON analytics.jobs (status);
+         INSERT INTO analytics.jobs VALUES (7, 'ok');
+         CREATE TABLE analytics.events (at bigint);",
+    )
+    .await;
+    let before = consumer_dump(&client).await;
+
+    let one = schema_named("tenant_one");
+    let two = schema_named("tenant_two");
+    assert!(bootstrap(&mut client, &one).await.unwrap().created());
+    assert!(bootstrap(&mut client, &two).await.unwrap().created());
+    assert_eq!(verify(&client, &one).await.unwrap(), vec![]);
+    assert_eq!(verify(&client, &two).await.unwrap(), vec![]);
+
+    // Pointed at the consumer's schema, bootstrap refuses and changes nothing.
+    let analytics = SchemaName::new("analytics").unwrap();
+    let err = bootstrap(&mut client, &analytics).await.unwrap_err();
+    let listed: Vec<String> = err.differences().iter().map(ToString::to_string).collect();
+    assert!(
+        listed.contains(&"missing column jobs.id".to_owned()),
+        "{listed:?}"
+    );
+    assert!(
+        listed.contains(&"extra table events (not in the model)".to_owned()),
+        "{listed:?}"
+    );
+    assert_eq!(consumer_dump(&client).await, before);
+
+    // The two engine schemas share nothing: rows and offsets are their own.
+    let append = |schema: &SchemaName| {
+        format!(
+            "INSERT INTO {schema}.stream_events (stream, payload, created_at)
+             VALUES ('s', '\\x00', 0) RETURNING id"
+        )
+    };
+    let a: i64 = client.query_one(&append(&one), &[]).await.unwrap().get(0);
+    let b: i64 = client.query_one(&append(&one), &[]).await.unwrap().get(0);
+    let c: i64 = client.query_one(&append(&two), &[]).await.unwrap().get(0);
+    assert_eq!((a, b, c), (1, 2, 1));
+    let in_two: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {two}.stream_events"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(in_two, 1);
+    assert_ne!(
+        render::advisory_lock_key(&one),
+        render::advisory_lock_key(&two)
+    );
+}
+
+/// Polls until `pid` waits on a lock it has not been granted.
+async fn wait_until_blocked(observer: &Client, pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(4);
+    loop {
+        let waiting: bool = observer
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            return;
+        }
+        assert!(Instant::now() < deadline, "backend {pid} never blocked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn backend_pid(client: &Client) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_terminated_while_waiting_for_the_lock_leaves_no_schema() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let schema = schema_named("killed_wait");
+    let holder = harness::connect().await;
+    exec(
+        &holder,
+        &format!("BEGIN; {};", render::advisory_lock_statement(&schema)),
+    )
+    .await;
+
+    let mut victim = harness::connect().await;
+    let pid = backend_pid(&victim).await;
+    let task = {
+        let schema = schema.clone();
+        tokio::spawn(async move { bootstrap(&mut victim, &schema).await })
+    };
+    let observer = harness::connect().await;
+    wait_until_blocked(&observer, pid).await;
+    let killed: bool = observer
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    let err = task.await.unwrap().unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Connection { .. }), "{err}");
+    assert!(err.to_string().contains("nothing was committed"), "{err}");
+    exec(&holder, "ROLLBACK").await;
+
+    assert_eq!(
+        harness::dump::dump_schema(&observer, schema.as_str()).await,
+        format!("schema {schema}: does not exist\n")
+    );
+    let mut next = harness::connect().await;
+    assert!(bootstrap(&mut next, &schema).await.unwrap().created());
+    assert_eq!(verify(&next, &schema).await.unwrap(), vec![]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_terminated_mid_ddl_leaves_no_partial_schema() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let admin = harness::connect().await;
+    let schema = schema_named("killed_ddl");
+    exec(&admin, &format!("CREATE SCHEMA {schema}")).await;
+
+    // Another transaction (not taking the bootstrap lock) is creating a
+    // relation named `locks` in the schema: bootstrap's own CREATE TABLE of
+    // `locks`, the sixth table, waits on it, after five tables are made.
+    let blocker = harness::connect().await;
+    exec(
+        &blocker,
+        &format!("BEGIN; CREATE TABLE {schema}.locks (x int);"),
+    )
+    .await;
+
+    let mut victim = harness::connect().await;
+    let pid = backend_pid(&victim).await;
+    let task = {
+        let schema = schema.clone();
+        tokio::spawn(async move { bootstrap(&mut victim, &schema).await })
+    };
+    let observer = harness::connect().await;
+    wait_until_blocked(&observer, pid).await;
+    // Mid-way for real: the victim holds the locks of tables it created.
+    let created: i64 = observer
+        .query_one(
+            "SELECT count(*) FROM pg_locks
+             WHERE pid = $1 AND locktype = 'relation' AND mode = 'AccessExclusiveLock'",
+            &[&pid],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        created >= 5,
+        "only {created} relations created before the wait"
+    );
+    let query: String = observer
+        .query_one("SELECT query FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(query.contains("\"locks\""), "blocked on: {query}");
+
+    assert!(
+        observer
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    );
+    let err = task.await.unwrap().unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Connection { .. }), "{err}");
+    exec(&blocker, "ROLLBACK").await;
+
+    assert_eq!(
+        harness::dump::dump_schema(&observer, schema.as_str()).await,
+        format!("schema {schema} -- (no comment)\n"),
+        "the terminated bootstrap left objects behind"
+    );
+    let mut next = harness::connect().await;
+    match bootstrap(&mut next, &schema).await.unwrap() {
+        Outcome::Created { tables_created, .. } => assert_eq!(tables_created, model_tables()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_timeout_says_what_it_waited_for_and_changes_nothing() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let schema = schema_named("lock_wait");
+    let holder = harness::connect().await;
+    exec(
+        &holder,
+        &format!("BEGIN; {};", render::advisory_lock_statement(&schema)),
+    )
+    .await;
+    let mut client = harness::connect().await;
+    let started = Instant::now();
+    let err = bootstrap(&mut client, &schema).await.unwrap_err();
+    let waited = started.elapsed();
+    exec(&holder, "ROLLBACK").await;
+    match err.kind() {
+        ErrorKind::LockTimeout {
+            waiting_for,
+            timeout,
+            ..
+        } => {
+            assert!(
+                waiting_for.starts_with(&format!("the bootstrap lock of schema {schema}")),
+                "{waiting_for}"
+            );
+            assert_eq!(timeout, render::DEFAULT_LOCK_TIMEOUT);
+        }
+        other => panic!("expected a lock timeout, got {other:?}"),
+    }
+    assert!(waited >= Duration::from_secs(4), "{waited:?}");
+    assert!(err.to_string().contains("nothing was changed"), "{err}");
+    // The connection is usable and holds nothing: the same call now succeeds.
+    assert!(bootstrap(&mut client, &schema).await.unwrap().created());
+}
+
+#[test]
+fn refused_schema_names_cannot_reach_a_bootstrap() {
+    // `bootstrap` and `verify` take a `SchemaName`, which these never become:
+    // no client is needed to refuse them.
+    for bad in [
+        "",
+        "Alk",
+        "alk-store",
+        "alk;drop schema public",
+        "pg_alk",
+        "public",
+        "a\"b",
+        &"a".repeat(64),
+    ] {
+        assert!(SchemaName::new(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clash_with_a_creator_that_skips_the_lock_is_retried_and_rechecked() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let admin = harness::connect().await;
+    let schema = schema_named("clash");
+    exec(&admin, &format!("CREATE SCHEMA {schema}")).await;
+
+    // Another tool creates `locks` exactly as the model has it, in its own
+    // transaction and without the bootstrap lock.
+    let mut in_locks = false;
+    let locks_statements: Vec<String> = render::bootstrap_statements(&schema)
+        .into_iter()
+        .filter(|s| {
+            if s.kind == StatementKind::CreateTable {
+                in_locks = s.object == "locks";
+            }
+            in_locks
+        })
+        .map(|s| s.sql)
+        .collect();
+    assert!(locks_statements.len() > 2, "{locks_statements:?}");
+    let other = harness::connect().await;
+    exec(&other, &format!("BEGIN; {};", locks_statements.join(";\n"))).await;
+
+    let mut client = harness::connect().await;
+    let pid = backend_pid(&client).await;
+    let task = {
+        let schema = schema.clone();
+        tokio::spawn(async move { bootstrap(&mut client, &schema).await })
+    };
+    let observer = harness::connect().await;
+    wait_until_blocked(&observer, pid).await;
+    // The other tool commits: bootstrap's CREATE TABLE of `locks` now fails
+    // on a catalog unique index. It must roll back, read the catalog again,
+    // find `locks` matching the model and create only the rest.
+    exec(&other, "COMMIT").await;
+    match task.await.unwrap() {
+        Ok(Outcome::Created { tables_created, .. }) => {
+            let expected: Vec<String> = model_tables()
+                .into_iter()
+                .filter(|t| t != "locks")
+                .collect();
+            assert_eq!(tables_created, expected);
+        }
+        other => panic!("expected the retry to create the other tables, got {other:?}"),
+    }
+    let differences: Vec<String> = verify(&observer, &schema)
+        .await
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    // Only the schema's comment: the schema was not bootstrap's to document.
+    assert_eq!(
+        differences,
+        [format!(
+            "comment on schema {schema}: missing, model says {:?}",
+            render::SCHEMA_DOC
+        )]
+    );
+}
