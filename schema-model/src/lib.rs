@@ -1,4 +1,5 @@
-//! The typed schema model of alkstore's PostgreSQL engine.
+//! The typed schema model of alkstore's PostgreSQL engine (and of the
+//! ClickHouse analytics sink beside it).
 //!
 //! Every engine-owned table is declared once, here, as an enum deriving
 //! sea-query's [`Iden`](sea_query::Iden) and strum's `EnumIter`: a `Table`
@@ -29,7 +30,9 @@
 //! a changed model means a new schema name, which keeps every database either
 //! exactly the model or loudly not.
 //!
-//! # The family
+//! # The families
+//!
+//! The PostgreSQL engine family, one engine-owned schema ([`SchemaName`]):
 //!
 //! | table | a row is |
 //! |---|---|
@@ -40,6 +43,11 @@
 //! | [`Schedules`] | an `@every` schedule |
 //! | [`Locks`] | a TTL lock with a fencing token |
 //! | [`ConsumedEvents`] | a consumer's dedup-ledger entry |
+//!
+//! The ClickHouse analytics family ([`analytics`], one database,
+//! [`DatabaseName`]): [`WebhookAttempts`], one
+//! webhook delivery attempt, with the typed rows that feed it
+//! ([`AttemptEvent`] in, [`shape`], [`AttemptRow`] out).
 //!
 //! ```
 //! use schema_model::{engine_family, Jobs, TableModel};
