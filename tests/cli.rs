@@ -3,49 +3,9 @@
 
 use std::process::ExitCode;
 
+use harness::cli::{assert_usage_error, run};
 use schema_gen::render::script;
 use schema_model::SchemaName;
-
-struct Outcome {
-    code: ExitCode,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(args: &[&str]) -> Outcome {
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    let code = schema_gen::cli::run(
-        std::iter::once("schema-gen").chain(args.iter().copied()),
-        &mut stdout,
-        &mut stderr,
-    );
-    Outcome {
-        code,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
-}
-
-fn assert_refused(args: &[&str], needle: &str) {
-    let out = run(args);
-    assert_eq!(out.code, ExitCode::from(2), "{args:?}: {}", out.stderr);
-    assert_eq!(
-        out.stdout, "",
-        "{args:?}: nothing may reach stdout on an error"
-    );
-    assert_eq!(
-        out.stderr.lines().count(),
-        1,
-        "{args:?}: one line: {:?}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.contains(needle),
-        "{args:?}: {:?} lacks {needle:?}",
-        out.stderr
-    );
-}
 
 #[test]
 fn sql_prints_the_script_of_the_one_rendering_function() {
@@ -66,22 +26,22 @@ fn sql_prints_the_script_of_the_one_rendering_function() {
 
 #[test]
 fn refused_schema_names_exit_2_with_the_rule_on_one_line() {
-    assert_refused(
+    assert_usage_error(
         &["sql", "--schema", "Alkstore"],
         "must start with a lowercase ASCII letter",
     );
-    assert_refused(&["sql", "--schema", "pg_x"], "reserves for system schemas");
-    assert_refused(&["sql", "--schema", "a;drop"], "contains ';' at byte 1");
-    assert_refused(&["sql", "--schema", ""], "it is empty");
-    assert_refused(&["describe", "--schema", &"a".repeat(64)], "64 bytes long");
+    assert_usage_error(&["sql", "--schema", "pg_x"], "reserves for system schemas");
+    assert_usage_error(&["sql", "--schema", "a;drop"], "contains ';' at byte 1");
+    assert_usage_error(&["sql", "--schema", ""], "it is empty");
+    assert_usage_error(&["describe", "--schema", &"a".repeat(64)], "64 bytes long");
 }
 
 #[test]
 fn usage_errors_exit_2_with_one_line() {
-    assert_refused(&["bogus"], "unrecognized subcommand 'bogus'");
-    assert_refused(&["sql", "--bogus"], "unexpected argument '--bogus'");
-    assert_refused(&["describe", "--format", "yaml"], "invalid value 'yaml'");
-    assert_refused(&[], "schema-gen");
+    assert_usage_error(&["bogus"], "unrecognized subcommand 'bogus'");
+    assert_usage_error(&["sql", "--bogus"], "unexpected argument '--bogus'");
+    assert_usage_error(&["describe", "--format", "yaml"], "invalid value 'yaml'");
+    assert_usage_error(&[], "schema-gen");
 }
 
 #[test]

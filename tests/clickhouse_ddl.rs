@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use harness::cli::{assert_usage_error, run};
 use schema_gen::clickhouse::{script, statements};
 use schema_gen::describe;
 use schema_model::DatabaseName;
@@ -77,39 +78,6 @@ fn every_column_of_the_model_is_in_the_ddl_in_order() {
         })
         .collect();
     assert!(positions.is_sorted());
-}
-
-struct Outcome {
-    code: ExitCode,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(args: &[&str]) -> Outcome {
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    let code = schema_gen::cli::run(
-        std::iter::once("schema-gen").chain(args.iter().copied()),
-        &mut stdout,
-        &mut stderr,
-    );
-    Outcome {
-        code,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
-}
-
-fn assert_usage_error(args: &[&str], needle: &str) {
-    let out = run(args);
-    assert_eq!(out.code, ExitCode::from(2), "{args:?}: {}", out.stderr);
-    assert_eq!(out.stdout, "", "{args:?}: nothing may reach stdout");
-    assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {:?}", out.stderr);
-    assert!(
-        out.stderr.contains(needle),
-        "{args:?}: {:?} lacks {needle:?}",
-        out.stderr
-    );
 }
 
 #[test]

@@ -16,25 +16,8 @@ use schema_gen::{Outcome, bootstrap};
 use schema_model::SchemaName;
 use tokio::runtime::Runtime;
 
-struct Ran {
-    code: ExitCode,
-    stdout: String,
-    stderr: String,
-}
-
-fn cli(args: &[&str]) -> Ran {
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    let code = schema_gen::cli::run(
-        std::iter::once("schema-gen").chain(args.iter().copied()),
-        &mut stdout,
-        &mut stderr,
-    );
-    Ran {
-        code,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+fn cli(args: &[&str]) -> harness::cli::Ran {
+    harness::cli::run(args)
 }
 
 fn runtime() -> Runtime {

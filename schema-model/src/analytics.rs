@@ -71,7 +71,6 @@
 //! ```
 
 use std::fmt::{self, Debug};
-use std::str::FromStr;
 
 use sea_query::Iden;
 use serde::{Deserialize, Serialize};
@@ -568,37 +567,7 @@ impl DatabaseName {
     }
 }
 
-impl Default for DatabaseName {
-    fn default() -> Self {
-        Self(DEFAULT_DATABASE_NAME.to_owned())
-    }
-}
-
-impl fmt::Display for DatabaseName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for DatabaseName {
-    type Err = DatabaseNameError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::new(s)
-    }
-}
-
-impl AsRef<str> for DatabaseName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl sea_query::Iden for DatabaseName {
-    fn unquoted(&self) -> &str {
-        &self.0
-    }
-}
+crate::schema_name::validated_name_impls!(DatabaseName, DatabaseNameError, DEFAULT_DATABASE_NAME);
 
 // ---------------------------------------------------------------------------
 // The typed rows

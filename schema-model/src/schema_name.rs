@@ -1,8 +1,5 @@
 //! The validated name of the engine-owned PostgreSQL schema.
 
-use std::fmt;
-use std::str::FromStr;
-
 /// The longest identifier PostgreSQL stores without truncation (`NAMEDATALEN - 1`).
 pub const MAX_SCHEMA_NAME_BYTES: usize = 63;
 
@@ -150,37 +147,47 @@ pub(crate) fn identifier_syntax_rule(name: &str) -> Option<SchemaNameRule> {
     None
 }
 
-impl Default for SchemaName {
-    fn default() -> Self {
-        Self(DEFAULT_SCHEMA_NAME.to_owned())
-    }
-}
+/// The conversions every validated name shares: `Default` (the given
+/// default), `Display`, `FromStr` (validating), `AsRef<str>` and sea-query's
+/// `Iden` (so the name qualifies tables in rendered SQL).
+macro_rules! validated_name_impls {
+    ($name:ident, $error:ident, $default:expr) => {
+        impl Default for $name {
+            fn default() -> Self {
+                Self($default.to_owned())
+            }
+        }
 
-impl fmt::Display for SchemaName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
 
-impl FromStr for SchemaName {
-    type Err = SchemaNameError;
+        impl std::str::FromStr for $name {
+            type Err = $error;
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::new(s)
-    }
-}
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::new(s)
+            }
+        }
 
-impl AsRef<str> for SchemaName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
 
-impl sea_query::Iden for SchemaName {
-    fn unquoted(&self) -> &str {
-        &self.0
-    }
+        impl sea_query::Iden for $name {
+            fn unquoted(&self) -> &str {
+                &self.0
+            }
+        }
+    };
 }
+pub(crate) use validated_name_impls;
+
+validated_name_impls!(SchemaName, SchemaNameError, DEFAULT_SCHEMA_NAME);
 
 #[cfg(test)]
 mod tests {

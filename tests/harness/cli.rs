@@ -1,0 +1,57 @@
+//! Runs the `schema-gen` command line in-process through
+//! `schema_gen::cli::run` (all the binary's `main` does), capturing what it
+//! writes, so tests can assert on exit code, stdout and stderr.
+
+use std::process::ExitCode;
+
+/// What one run of the command line produced.
+#[derive(Debug)]
+pub struct Ran {
+    /// The exit code `main` would return.
+    pub code: ExitCode,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+}
+
+/// Runs `schema-gen ARGS...` in-process.
+///
+/// `apply` and `check` start their own tokio runtime, so call this from a
+/// plain `#[test]`, not from inside a `#[tokio::test]`.
+pub fn run(args: &[&str]) -> Ran {
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let code = schema_gen::cli::run(
+        std::iter::once("schema-gen").chain(args.iter().copied()),
+        &mut stdout,
+        &mut stderr,
+    );
+    Ran {
+        code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// Asserts that `schema-gen ARGS...` exits 2 with nothing on stdout and one
+/// line on stderr that contains `needle`.
+pub fn assert_usage_error(args: &[&str], needle: &str) {
+    let out = run(args);
+    assert_eq!(out.code, ExitCode::from(2), "{args:?}: {}", out.stderr);
+    assert_eq!(
+        out.stdout, "",
+        "{args:?}: nothing may reach stdout on an error"
+    );
+    assert_eq!(
+        out.stderr.lines().count(),
+        1,
+        "{args:?}: one line: {:?}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(needle),
+        "{args:?}: {:?} lacks {needle:?}",
+        out.stderr
+    );
+}
