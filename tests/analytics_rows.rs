@@ -11,11 +11,12 @@
 
 use std::collections::BTreeSet;
 
+use harness::clickhouse::{delivered_event, shaped, timed_out_event};
 use proptest::prelude::*;
 use schema_model::analytics::{EVENT_FIELDS, RESERVED_DATABASE_NAMES};
 use schema_model::{
-    AttemptEvent, AttemptRow, ClickHouseTable, ClickHouseType, DatabaseName, DatabaseNameRule,
-    ShapeError, WebhookAttempts, shape,
+    AttemptRow, ClickHouseTable, ClickHouseType, DatabaseName, DatabaseNameRule, ShapeError,
+    WebhookAttempts, shape,
 };
 use sea_query::Iden;
 use serde_json::{Map, Value, json};
@@ -27,20 +28,8 @@ fn columns() -> Vec<String> {
         .collect()
 }
 
-fn timed_out_event() -> AttemptEvent {
-    AttemptEvent {
-        delivery_id: "6f1c2a3b-0000-4000-8000-00000000d001".into(),
-        endpoint_id: "6f1c2a3b-0000-4000-8000-00000000a001".into(),
-        environment_id: "6f1c2a3b-0000-4000-8000-00000000e001".into(),
-        event_id: "6f1c2a3b-0000-4000-8000-00000000f001".into(),
-        attempt: 1,
-        attempted_at: "2026-11-30T12:00:00.123Z".into(),
-        status: None,
-        error: Some("timeout after 30000 ms".into()),
-        latency_ms: 30_000,
-        outcome: "rescheduled".into(),
-    }
-}
+/// The instant of every record and row here; canonical already, so `shape` keeps it.
+const AT: &str = "2026-11-30T12:00:00.123Z";
 
 fn to_object<S: serde::Serialize>(value: &S) -> Map<String, Value> {
     match serde_json::to_value(value) {
@@ -50,7 +39,7 @@ fn to_object<S: serde::Serialize>(value: &S) -> Map<String, Value> {
 }
 
 fn row() -> AttemptRow {
-    shape(&Value::Object(to_object(&timed_out_event()))).unwrap_or_else(|e| panic!("{e}"))
+    shaped(&timed_out_event(AT))
 }
 
 #[test]
@@ -92,7 +81,7 @@ fn a_row_built_from_the_column_list_deserializes_and_nothing_else_does() {
     assert!(parsed.is_ok(), "{parsed:?}");
     // ...a key that is not a column is refused...
     let mut extra = object.clone();
-    extra.insert("attempted_at".into(), json!("2026-11-30T12:00:00.123Z"));
+    extra.insert("attempted_at".into(), json!(AT));
     assert!(serde_json::from_value::<AttemptRow>(Value::Object(extra)).is_err());
     // ...and a missing non-nullable column is refused.
     for (column, definition) in WebhookAttempts::columns() {
@@ -111,7 +100,7 @@ fn a_row_built_from_the_column_list_deserializes_and_nothing_else_does() {
 fn fitting_value(ch_type: ClickHouseType) -> Value {
     match ch_type {
         ClickHouseType::Uuid => json!("6f1c2a3b-0000-4000-8000-00000000e001"),
-        ClickHouseType::DateTime64 { .. } => json!("2026-11-30T12:00:00.123Z"),
+        ClickHouseType::DateTime64 { .. } => json!(AT),
         ClickHouseType::UInt8 => json!(u8::MAX),
         ClickHouseType::UInt16 => json!(u16::MAX),
         ClickHouseType::UInt32 => json!(u32::MAX),
@@ -163,7 +152,7 @@ fn each_field_holds_what_its_column_holds_and_null_only_where_nullable() {
 
 #[test]
 fn the_publisher_record_differs_from_the_row_by_the_one_rename() {
-    let mut event = timed_out_event();
+    let mut event = timed_out_event(AT);
     event.status = Some(504);
     let fields: BTreeSet<String> = to_object(&event).keys().cloned().collect();
     let declared: BTreeSet<String> = EVENT_FIELDS.iter().map(|f| (*f).to_owned()).collect();
@@ -183,17 +172,14 @@ fn the_publisher_record_differs_from_the_row_by_the_one_rename() {
 
 #[test]
 fn the_publisher_omits_unknown_status_and_error_rather_than_sending_null() {
-    let object = to_object(&timed_out_event());
+    let object = to_object(&timed_out_event(AT));
     assert!(!object.contains_key("status"), "{object:?}");
-    let mut delivered = timed_out_event();
-    delivered.status = Some(200);
-    delivered.error = None;
-    assert!(!to_object(&delivered).contains_key("error"));
+    assert!(!to_object(&delivered_event(AT)).contains_key("error"));
 }
 
 #[test]
 fn shape_renames_attempted_at_and_copies_every_other_field() {
-    let event = timed_out_event();
+    let event = timed_out_event(AT);
     let row = row();
     assert_eq!(row.ts, event.attempted_at);
     assert_eq!(
@@ -223,19 +209,14 @@ fn absent_status_is_null_not_zero_and_absent_error_is_null_not_empty() {
     let line = to_object(&row());
     assert_eq!(line.get("status"), Some(&Value::Null), "{line:?}");
 
-    let mut delivered = timed_out_event();
-    delivered.status = Some(200);
-    delivered.error = None;
-    let row = shape(&serde_json::to_value(&delivered).unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let line = to_object(&row);
+    let line = to_object(&shaped(&delivered_event(AT)));
     assert_eq!(line.get("error"), Some(&Value::Null), "{line:?}");
     assert_eq!(line.get("status"), Some(&json!(200)));
 }
 
 #[test]
 fn a_record_lacking_a_required_field_is_refused_naming_it() {
-    let full = to_object(&timed_out_event());
+    let full = to_object(&timed_out_event(AT));
     for field in EVENT_FIELDS {
         if matches!(field, "status" | "error") {
             continue;
@@ -253,7 +234,7 @@ fn a_record_lacking_a_required_field_is_refused_naming_it() {
 
 #[test]
 fn wrong_types_are_refused_naming_the_field() {
-    let full = to_object(&timed_out_event());
+    let full = to_object(&timed_out_event(AT));
     for (field, value) in [
         ("attempt", json!("1")),
         ("attempt", json!(256)),
@@ -277,13 +258,7 @@ fn wrong_types_are_refused_naming_the_field() {
 
 /// The rules DatabaseName documents, written independently of it.
 fn oracle_accepts(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && (bytes[0].is_ascii_lowercase() || bytes[0] == b'_')
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+    harness::names::follows_identifier_syntax(name)
         && ![
             "system",
             "default",

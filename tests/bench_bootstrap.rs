@@ -53,11 +53,6 @@ fn main() {
     runtime.block_on(run(&rounds));
 }
 
-fn schema(prefix: &str) -> SchemaName {
-    let raw = harness::unique_schema(prefix);
-    SchemaName::new(&raw).unwrap_or_else(|e| panic!("{raw}: {e}"))
-}
-
 /// Median, 10th and 90th percentile of `samples`.
 fn summary(samples: &mut [Duration]) -> (Duration, Duration, Duration) {
     samples.sort();
@@ -85,7 +80,7 @@ async fn run(rounds: &Rounds) {
     // Round trips, on the wire.
     let proxy = harness::wire::CountingProxy::start(&url).await;
     let mut counted = proxy.connect(&url).await;
-    let fresh = schema("bench_rt");
+    let fresh = harness::unique_schema_name("bench_rt");
     proxy.reset();
     expect_created(bootstrap(&mut counted, &fresh).await);
     let fresh_trips = proxy.round_trips();
@@ -101,13 +96,13 @@ async fn run(rounds: &Rounds) {
     // Timings, on a direct connection.
     let mut fresh_times = Vec::new();
     for _ in 0..rounds.fresh {
-        let s = schema("bench_fresh");
+        let s = harness::unique_schema_name("bench_fresh");
         let started = Instant::now();
         expect_created(bootstrap(&mut client, &s).await);
         fresh_times.push(started.elapsed());
         made.push(s);
     }
-    let steady = schema("bench_steady");
+    let steady = harness::unique_schema_name("bench_steady");
     expect_created(bootstrap(&mut client, &steady).await);
     let mut steady_times = Vec::new();
     for _ in 0..rounds.steady {
@@ -217,25 +212,9 @@ async fn psql_round_trips(proxy: &harness::wire::CountingProxy, schema: &SchemaN
     let url = proxy.url(&harness::database_url());
     let script = render::script(schema);
     proxy.reset();
-    let out = tokio::task::spawn_blocking(move || {
-        use std::io::Write as _;
-        let mut child = harness::psql_with_url(&url)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("psql: {e}"));
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(script.as_bytes())
-                .unwrap_or_else(|e| panic!("psql stdin: {e}"));
-        }
-        child
-            .wait_with_output()
-            .unwrap_or_else(|e| panic!("psql: {e}"))
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let out = tokio::task::spawn_blocking(move || harness::psql_script(&url, &script))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         out.status.success(),
         "psql failed: {}",

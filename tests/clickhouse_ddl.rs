@@ -24,8 +24,8 @@ fn clickhouse_ddl_for_the_default_database() {
 
 #[test]
 fn clickhouse_describe_json() {
-    let description = describe::analytics(&DatabaseName::default());
-    let json = describe::analytics_to_json(&description).unwrap_or_else(|e| panic!("{e}"));
+    let description = schema_gen::clickhouse::describe(&DatabaseName::default());
+    let json = describe::to_json(&description).unwrap_or_else(|e| panic!("{e}"));
     harness::snapshots::settings().bind(|| {
         insta::assert_snapshot!("clickhouse_describe_json", json);
     });
@@ -33,7 +33,7 @@ fn clickhouse_describe_json() {
 
 #[test]
 fn clickhouse_describe_markdown() {
-    let description = describe::analytics(&DatabaseName::default());
+    let description = schema_gen::clickhouse::describe(&DatabaseName::default());
     harness::snapshots::settings().bind(|| {
         insta::assert_snapshot!(
             "clickhouse_describe_markdown",
@@ -166,7 +166,7 @@ fn a_refused_database_name_is_a_usage_error_naming_the_rule() {
 fn describe_covers_the_clickhouse_family() {
     let out = run(&["describe", "--dialect", "clickhouse", "--format", "json"]);
     assert_eq!(out.code, ExitCode::SUCCESS, "{}", out.stderr);
-    let expected = describe::analytics_to_json(&describe::analytics(&DatabaseName::default()))
+    let expected = describe::to_json(&schema_gen::clickhouse::describe(&DatabaseName::default()))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.stdout, expected);
 

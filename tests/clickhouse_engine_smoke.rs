@@ -10,7 +10,9 @@
 //! (Code 117); an absent `ts` is refused by the `ts_is_real` constraint
 //! (Code 469).
 
-use harness::clickhouse::{self, Step, StepResult, code_of};
+use harness::clickhouse::{
+    self, Step, StepResult, an_hour_ago_millis, code_of, iso_utc, json_lines, renamed,
+};
 use serde_json::{Value, json};
 
 const CREATE_DATABASE: &str = "CREATE DATABASE IF NOT EXISTS relay_analytics";
@@ -36,39 +38,6 @@ fn create() -> Vec<Step> {
     vec![Step::new(CREATE_DATABASE), Step::new(CREATE_TABLE)]
 }
 
-/// `unix_millis` as `YYYY-MM-DDTHH:MM:SS.mmmZ`, the form the publisher sends.
-fn iso_utc(unix_millis: i64) -> String {
-    let secs = unix_millis.div_euclid(1000);
-    let millis = unix_millis.rem_euclid(1000);
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
-    )
-}
-
-/// A recent `ts` with millisecond precision. It must be recent: the table's
-/// 90-day TTL drops older rows, so a fixed date would make these tests rot.
-fn recent_ts() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970");
-    let secs = i64::try_from(now.as_secs()).expect("seconds fit i64");
-    iso_utc((secs - 3600) * 1000 + 123)
-}
-
 /// A timed-out attempt: no status (nothing answered), an error text.
 fn timed_out_row(ts: &str) -> Value {
     json!({
@@ -85,32 +54,23 @@ fn timed_out_row(ts: &str) -> Value {
     })
 }
 
-/// A delivered attempt: a status, no error.
+/// The delivery's next attempt, delivered: a status, no error.
 fn delivered_row(ts: &str) -> Value {
-    json!({
-        "environment_id": "6f1c2a3b-0000-4000-8000-00000000e001",
-        "ts": ts,
-        "delivery_id": "6f1c2a3b-0000-4000-8000-00000000d001",
-        "endpoint_id": "6f1c2a3b-0000-4000-8000-00000000a001",
-        "event_id": "6f1c2a3b-0000-4000-8000-00000000f001",
-        "attempt": 2,
-        "status": 200,
-        "error": null,
-        "latency_ms": 87,
-        "outcome": "delivered"
-    })
+    let mut row = timed_out_row(ts);
+    for (key, value) in [
+        ("attempt", json!(2)),
+        ("status", json!(200)),
+        ("error", Value::Null),
+        ("latency_ms", json!(87)),
+        ("outcome", json!("delivered")),
+    ] {
+        row[key] = value;
+    }
+    row
 }
 
 fn insert(row: &Value) -> Step {
     Step::new(INSERT).with_data(row.to_string())
-}
-
-/// Parses JSONEachRow output into one value per line.
-fn json_lines(output: &str) -> Vec<Value> {
-    output
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSONEachRow line"))
-        .collect()
 }
 
 #[test]
@@ -201,7 +161,7 @@ fn an_inserted_row_is_stored_and_read_back_equal() {
     if clickhouse::skip_requested() {
         return;
     }
-    let ts = recent_ts();
+    let ts = iso_utc(an_hour_ago_millis());
     let (timed_out, delivered) = (timed_out_row(&ts), delivered_row(&ts));
     let mut steps = create();
     steps.push(insert(&timed_out));
@@ -236,7 +196,7 @@ fn the_same_row_twice_counts_two_but_one_under_final() {
     if clickhouse::skip_requested() {
         return;
     }
-    let row = timed_out_row(&recent_ts());
+    let row = timed_out_row(&iso_utc(an_hour_ago_millis()));
     let mut steps = create();
     steps.push(insert(&row));
     steps.push(insert(&row));
@@ -261,10 +221,11 @@ fn a_row_still_carrying_attempted_at_is_refused_with_code_117() {
     if clickhouse::skip_requested() {
         return;
     }
-    let mut row = timed_out_row(&recent_ts());
-    let map = row.as_object_mut().expect("row is an object");
-    let ts = map.remove("ts").expect("row has ts");
-    map.insert("attempted_at".to_owned(), ts);
+    let row = renamed(
+        timed_out_row(&iso_utc(an_hour_ago_millis())),
+        "ts",
+        "attempted_at",
+    );
     let mut steps = create();
     steps.push(insert(&row).expecting_error());
     steps.push(Step::new(COUNT));
@@ -288,7 +249,7 @@ fn a_row_without_ts_is_refused_by_ts_is_real_with_code_469() {
     if clickhouse::skip_requested() {
         return;
     }
-    let mut row = timed_out_row(&recent_ts());
+    let mut row = timed_out_row(&iso_utc(an_hour_ago_millis()));
     row.as_object_mut().expect("row is an object").remove("ts");
     let mut steps = create();
     steps.push(insert(&row).expecting_error());
@@ -324,10 +285,11 @@ fn with_unknown_fields_skipped_the_constraint_still_refuses_the_renamed_row() {
     if clickhouse::skip_requested() {
         return;
     }
-    let mut row = timed_out_row(&recent_ts());
-    let map = row.as_object_mut().expect("row is an object");
-    let ts = map.remove("ts").expect("row has ts");
-    map.insert("attempted_at".to_owned(), ts);
+    let row = renamed(
+        timed_out_row(&iso_utc(an_hour_ago_millis())),
+        "ts",
+        "attempted_at",
+    );
     let mut steps = create();
     steps.push(
         Step::new(

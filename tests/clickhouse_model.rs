@@ -19,15 +19,15 @@
 //! `ALKSTORE_SKIP_CLICKHOUSE_TESTS=1` skips, loudly.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use harness::clickhouse::{self, Step, code_of};
+use harness::clickhouse::{
+    self, Step, an_hour_ago_millis, code_of, delivered_event, iso_utc, json_lines, renamed, shaped,
+    timed_out_event,
+};
 use schema_gen::clickhouse::{
-    count_final_query, describe, insert_statement, quote_ident, statements,
+    count_final_query, describe, insert_statement, qualified, statements,
 };
-use schema_model::{
-    AttemptEvent, AttemptRow, ClickHouseTable, DatabaseName, WebhookAttempts, shape,
-};
+use schema_model::{AttemptRow, ClickHouseTable, DatabaseName, WebhookAttempts, shape};
 use serde_json::{Value, json};
 
 fn database(name: &str) -> DatabaseName {
@@ -40,14 +40,6 @@ fn create(db: &DatabaseName) -> Vec<Step> {
         .into_iter()
         .map(|statement| Step::new(statement.sql))
         .collect()
-}
-
-fn table(db: &DatabaseName) -> String {
-    format!(
-        "{}.{}",
-        quote_ident(db.as_str()),
-        quote_ident(&WebhookAttempts::table_name())
-    )
 }
 
 fn insert(db: &DatabaseName, lines: &[Value]) -> Step {
@@ -66,81 +58,14 @@ fn to_value<S: serde::Serialize>(value: &S) -> Value {
 
 /// What a naive reader runs; only to show what `FINAL` changes.
 fn bare_count(db: &DatabaseName) -> Step {
-    Step::new(format!("SELECT count() FROM {}", table(db)))
+    Step::new(format!(
+        "SELECT count() FROM {}",
+        qualified::<WebhookAttempts>(db)
+    ))
 }
 
 fn count_final(db: &DatabaseName) -> Step {
     Step::new(count_final_query::<WebhookAttempts>(db))
-}
-
-/// Unix milliseconds as `YYYY-MM-DDThh:mm:ss.mmmZ` (Hinnant's civil_from_days).
-fn iso_utc(unix_millis: i64) -> String {
-    let (secs, millis) = (unix_millis.div_euclid(1000), unix_millis.rem_euclid(1000));
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
-    )
-}
-
-/// An hour ago, in unix milliseconds. Rows must be recent: the table's
-/// 90-day TTL drops older ones, so a fixed date would make these tests rot.
-fn an_hour_ago() -> i64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_else(|e| panic!("{e}"));
-    i64::try_from(now.as_millis()).unwrap_or_else(|e| panic!("{e}")) - 3_600_000 + 123
-}
-
-/// The publisher's record of an attempt that timed out: no status at all.
-fn timed_out(attempted_at: String) -> AttemptEvent {
-    AttemptEvent {
-        delivery_id: "6f1c2a3b-0000-4000-8000-00000000d001".into(),
-        endpoint_id: "6f1c2a3b-0000-4000-8000-00000000a001".into(),
-        environment_id: "6f1c2a3b-0000-4000-8000-00000000e001".into(),
-        event_id: "6f1c2a3b-0000-4000-8000-00000000f001".into(),
-        attempt: 1,
-        attempted_at,
-        status: None,
-        error: Some("timeout after 30000 ms".into()),
-        latency_ms: 30_000,
-        outcome: "rescheduled".into(),
-    }
-}
-
-/// The publisher's record of a delivered attempt: a status, no error.
-fn delivered(attempted_at: String) -> AttemptEvent {
-    AttemptEvent {
-        attempt: 2,
-        status: Some(200),
-        error: None,
-        latency_ms: 87,
-        outcome: "delivered".into(),
-        ..timed_out(attempted_at)
-    }
-}
-
-/// The record as the consumer receives it (JSON), shaped into a row.
-fn shaped(event: &AttemptEvent) -> AttemptRow {
-    shape(&to_value(event)).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn json_lines(output: &str) -> Vec<Value> {
-    output
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
 }
 
 #[test]
@@ -237,15 +162,15 @@ fn a_shaped_row_is_stored_and_read_back_equal() {
         return;
     }
     let db = DatabaseName::default();
-    let at = an_hour_ago();
+    let at = an_hour_ago_millis();
     // A record in another offset with an upper-case UUID: shape canonicalises
     // both to the form the engine reads back.
-    let mut elsewhere = delivered(iso_utc(at + 2 * 3_600_000).replace('Z', "+02:00"));
+    let mut elsewhere = delivered_event(&iso_utc(at + 2 * 3_600_000).replace('Z', "+02:00"));
     elsewhere.attempt = 3;
     elsewhere.environment_id = elsewhere.environment_id.to_uppercase();
     let rows = [
-        shaped(&timed_out(iso_utc(at))),
-        shaped(&delivered(iso_utc(at))),
+        shaped(&timed_out_event(&iso_utc(at))),
+        shaped(&delivered_event(&iso_utc(at))),
         shaped(&elsewhere),
     ];
     assert_eq!(rows[2].ts, iso_utc(at));
@@ -256,7 +181,7 @@ fn a_shaped_row_is_stored_and_read_back_equal() {
     steps.push(
         Step::new(format!(
             "SELECT * FROM {} FINAL ORDER BY attempt SETTINGS date_time_output_format='iso'",
-            table(&db)
+            qualified::<WebhookAttempts>(&db)
         ))
         .with_format("JSONEachRow"),
     );
@@ -280,7 +205,7 @@ fn the_same_row_inserted_twice_counts_once_under_final() {
         return;
     }
     let db = DatabaseName::default();
-    let row = shaped(&timed_out(iso_utc(an_hour_ago())));
+    let row = shaped(&timed_out_event(&iso_utc(an_hour_ago_millis())));
     let mut steps = create(&db);
     steps.push(insert_rows(&db, std::slice::from_ref(&row)));
     steps.push(insert_rows(&db, std::slice::from_ref(&row))); // a redelivery
@@ -306,14 +231,9 @@ fn a_row_still_carrying_attempted_at_is_refused_with_code_117() {
         return;
     }
     let db = DatabaseName::default();
-    let event = timed_out(iso_utc(an_hour_ago()));
+    let event = timed_out_event(&iso_utc(an_hour_ago_millis()));
     // The shaped row with the rename undone...
-    let mut unrenamed = to_value(&shaped(&event));
-    let map = unrenamed
-        .as_object_mut()
-        .unwrap_or_else(|| panic!("a row is an object"));
-    let ts = map.remove("ts").unwrap_or(Value::Null);
-    map.insert("attempted_at".to_owned(), ts);
+    let unrenamed = renamed(to_value(&shaped(&event)), "ts", "attempted_at");
     // ...and the publisher's record forwarded unshaped: the original bug.
     let forwarded = to_value(&event);
 
@@ -344,7 +264,7 @@ fn a_row_without_ts_is_refused_by_ts_is_real_with_code_469() {
         return;
     }
     let db = DatabaseName::default();
-    let mut row = to_value(&shaped(&timed_out(iso_utc(an_hour_ago()))));
+    let mut row = to_value(&shaped(&timed_out_event(&iso_utc(an_hour_ago_millis()))));
     row.as_object_mut()
         .unwrap_or_else(|| panic!("a row is an object"))
         .remove("ts");
@@ -377,7 +297,7 @@ fn what_shape_refuses_the_engine_would_corrupt_or_refuse_for_the_whole_batch() {
         return;
     }
     let db = DatabaseName::default();
-    let good = to_value(&shaped(&timed_out(iso_utc(an_hour_ago()))));
+    let good = to_value(&shaped(&timed_out_event(&iso_utc(an_hour_ago_millis()))));
     let with = |key: &str, value: Value| {
         let mut line = good.clone();
         line[key] = value;
@@ -391,12 +311,7 @@ fn what_shape_refuses_the_engine_would_corrupt_or_refuse_for_the_whole_batch() {
         ("negative_latency", with("latency_ms", json!(-1))),
     ]);
     for (case, line) in &cases {
-        let mut as_event = line.clone();
-        let map = as_event
-            .as_object_mut()
-            .unwrap_or_else(|| panic!("a row is an object"));
-        let ts = map.remove("ts").unwrap_or(Value::Null);
-        map.insert("attempted_at".to_owned(), ts);
+        let as_event = renamed(line.clone(), "ts", "attempted_at");
         assert!(shape(&as_event).is_err(), "{case}: shape accepted it");
     }
 
@@ -426,7 +341,10 @@ fn what_shape_refuses_the_engine_would_corrupt_or_refuse_for_the_whole_batch() {
             create(&db),
             vec![
                 insert(&db, &[cases["attempt_out_of_range"].clone()]),
-                Step::new(format!("SELECT attempt FROM {}", table(&db))),
+                Step::new(format!(
+                    "SELECT attempt FROM {}",
+                    qualified::<WebhookAttempts>(&db)
+                )),
             ],
         ]
         .concat(),

@@ -5,68 +5,35 @@
 //! a gap-free stream reader does not skip an id that commits late, lock
 //! fences only grow, and the offset upsert only moves forward.
 //!
-//! The queries here are the shapes the engine will run; each is written with
-//! the model's identifiers where it matters and checked with `EXPLAIN`.
+//! The queries are the shapes the engine will run, built with sea-query from
+//! the model's identifiers (`harness::queries`) and checked with `EXPLAIN`.
 
+use harness::queries;
+use harness::{exec, rows};
 use schema_gen::render::script;
 use schema_model::SchemaName;
-use serde_json::Value;
 use tokio_postgres::Client;
 
-async fn fresh_schema(client: &Client, prefix: &str) -> String {
-    let name = harness::unique_schema(prefix);
-    let schema = SchemaName::new(&name).unwrap_or_else(|e| panic!("{e}"));
+/// A fresh schema, created by the printed script (what a DBA runs).
+async fn fresh_schema(client: &Client, prefix: &str) -> SchemaName {
+    let schema = harness::unique_schema_name(prefix);
+    exec(client, &script(&schema)).await;
+    schema
+}
+
+/// The first column of every row, as offsets or fences.
+async fn ids(client: &Client, sql: &str) -> Vec<i64> {
+    rows(client, sql).await.iter().map(|r| r.get(0)).collect()
+}
+
+/// The statement's error in the server's words, or "" if it succeeded.
+async fn refusal(client: &Client, sql: &str) -> String {
     client
-        .batch_execute(&script(&schema))
+        .batch_execute(sql)
         .await
-        .unwrap_or_else(|e| panic!("bootstrap script failed: {}", db_message(&e)));
-    name
-}
-
-/// The server's own words for a failed statement (tokio-postgres's
-/// `Display` says only "db error").
-fn db_message(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => error.to_string(),
-    }
-}
-
-/// Every node of a JSON plan, depth first.
-fn nodes(plan: &Value) -> Vec<&Value> {
-    let mut out = vec![plan];
-    if let Some(children) = plan["Plans"].as_array() {
-        for child in children {
-            out.extend(nodes(child));
-        }
-    }
-    out
-}
-
-/// Asserts that `query` is planned through `index` without sorting.
-async fn assert_served_by(client: &Client, schema: &str, index: &str, query: &str) {
-    client
-        .batch_execute(&format!("SET search_path TO \"{schema}\""))
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    let row = client
-        .query_one(&format!("EXPLAIN (FORMAT JSON) {query}"), &[])
-        .await
-        .unwrap_or_else(|e| panic!("EXPLAIN {query}: {e}"));
-    let plan: Value = row.get(0);
-    let root = &plan[0]["Plan"];
-    let all = nodes(root);
-    let uses_index = all
-        .iter()
-        .any(|node| node["Index Name"].as_str() == Some(index));
-    let sorts = all
-        .iter()
-        .any(|node| node["Node Type"].as_str() == Some("Sort"));
-    assert!(
-        uses_index && !sorts,
-        "{query}\nexpected an index scan on {index} with no Sort; plan:\n{}",
-        serde_json::to_string_pretty(root).unwrap_or_default()
-    );
+        .err()
+        .map(|e| harness::describe_error(&e))
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -77,9 +44,11 @@ async fn every_hot_path_is_an_index_scan_without_a_sort() {
     let client = harness::connect().await;
     let schema = fresh_schema(&client, "hot_paths").await;
     // A realistic spread: 20 queues, most jobs pending, some claimed, a few
-    // expiring; a dead-letter table and streams of some size.
-    client
-        .batch_execute(&format!(
+    // expiring; a dead-letter table and streams of some size. Bulk rows come
+    // from generate_series, which sea-query does not express.
+    exec(
+        &client,
+        &format!(
             r#"
             SET search_path TO "{schema}";
             INSERT INTO jobs (queue, payload, priority, run_at, expires_at, enqueued_at,
@@ -106,54 +75,40 @@ async fn every_hot_path_is_an_index_scan_without_a_sort() {
             SELECT 'lock' || g, 'owner', 1000 + g FROM generate_series(1, 5000) g;
             ANALYZE;
             "#
-        ))
-        .await
-        .unwrap_or_else(|e| panic!("seeding failed: {}", db_message(&e)));
+        ),
+    )
+    .await;
 
     let cases = [
-        (
-            "jobs_claim_idx",
-            "SELECT id FROM jobs WHERE queue = 'q7' AND claimed_at IS NULL AND run_at <= 30000 \
-             ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
-        ),
+        ("jobs_claim_idx", queries::claim(&schema, "q7", 30_000, 10)),
         (
             "jobs_claim_expiry_idx",
-            "SELECT id FROM jobs WHERE claim_expires_at IS NOT NULL AND claim_expires_at < 2100 \
-             ORDER BY claim_expires_at LIMIT 100",
+            queries::expired_claims(&schema, 2100, 100),
         ),
-        (
-            "jobs_expiry_idx",
-            "SELECT id FROM jobs WHERE expires_at IS NOT NULL AND expires_at < 5200 \
-             ORDER BY expires_at LIMIT 100",
-        ),
+        ("jobs_expiry_idx", queries::expired_jobs(&schema, 5200, 100)),
         (
             "dead_jobs_purge_idx",
-            "SELECT id FROM dead_jobs WHERE purge_at < 88000 ORDER BY purge_at LIMIT 500",
+            queries::dead_letter_sweep(&schema, 88_000, 500),
         ),
         (
             "stream_events_stream_id_idx",
-            "SELECT id, key, payload FROM stream_events WHERE stream = 's3' AND id > 20000 \
-             ORDER BY id LIMIT 100",
+            queries::stream_after(&schema, "s3", 20_000, Some(100)),
         ),
         (
             "stream_events_commit_order_idx",
-            "SELECT id, payload FROM stream_events WHERE stream = 's3' \
-             AND (tx_id, id) > ('0'::xid8, 20000) \
-             AND tx_id < pg_snapshot_xmin(pg_current_snapshot()) \
-             ORDER BY tx_id, id LIMIT 100",
+            queries::stream_after_in_commit_order(&schema, "s3", 20_000, Some(100)),
         ),
         (
             "schedules_due_idx",
-            "SELECT name FROM schedules WHERE enabled AND next_fire_at <= 1100 \
-             ORDER BY next_fire_at LIMIT 50 FOR UPDATE SKIP LOCKED",
+            queries::due_schedules(&schema, 1100, 50),
         ),
         (
             "locks_expiry_idx",
-            "SELECT name FROM locks WHERE expires_at < 1100 ORDER BY expires_at LIMIT 100",
+            queries::lapsed_locks(&schema, 1100, 100),
         ),
     ];
     for (index, query) in cases {
-        assert_served_by(&client, &schema, index, query).await;
+        queries::assert_served_by(&client, index, &query).await;
     }
 }
 
@@ -170,64 +125,25 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
     let early = harness::connect().await;
     let late = harness::connect().await;
     let reader = harness::connect().await;
-    for client in [&early, &late, &reader] {
-        client
-            .batch_execute(&format!("SET search_path TO \"{schema}\""))
-            .await
-            .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    }
-    let append = "INSERT INTO stream_events (stream, payload, created_at) \
-                  VALUES ('s', '\\x01', 1) RETURNING id";
+    let append = queries::append_event(&schema, "s", b"\x01");
     // `early` takes the lower id and stays open; `late` takes a higher id and commits.
-    early
-        .batch_execute("BEGIN")
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    let low: i64 = early
-        .query_one(append, &[])
-        .await
-        .map(|r| r.get(0))
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    let high: i64 = late
-        .query_one(append, &[])
-        .await
-        .map(|r| r.get(0))
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
+    exec(&early, "BEGIN").await;
+    let low = ids(&early, &append).await[0];
+    let high = ids(&late, &append).await[0];
     assert!(low < high);
 
-    let naive = "SELECT id FROM stream_events WHERE stream = 's' AND id > $1 ORDER BY id";
-    let gap_free = "SELECT id FROM stream_events WHERE stream = 's' \
-                    AND (tx_id, id) > (COALESCE((SELECT tx_id FROM stream_events WHERE id = $1), '0'::xid8), $1) \
-                    AND tx_id < pg_snapshot_xmin(pg_current_snapshot()) \
-                    ORDER BY tx_id, id";
-    let ids = |rows: Vec<tokio_postgres::Row>| {
-        rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>()
-    };
+    let naive = |offset| queries::stream_after(&schema, "s", offset, None);
+    let gap_free = |offset| queries::stream_after_in_commit_order(&schema, "s", offset, None);
 
     // While `early` is open, the naive reader delivers `high` and checkpoints past `low`.
-    let naive_first = ids(reader
-        .query(naive, &[&0_i64])
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e))));
-    assert_eq!(naive_first, vec![high]);
+    assert_eq!(ids(&reader, &naive(0)).await, vec![high]);
     // The gap-free reader holds `high` back: a transaction below it is still running.
-    let careful_first = ids(reader
-        .query(gap_free, &[&0_i64])
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e))));
-    assert_eq!(careful_first, Vec::<i64>::new());
+    assert_eq!(ids(&reader, &gap_free(0)).await, Vec::<i64>::new());
 
-    early
-        .batch_execute("COMMIT")
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
+    exec(&early, "COMMIT").await;
 
-    let naive_next = ids(reader
-        .query(naive, &[&high])
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e))));
     assert_eq!(
-        naive_next,
+        ids(&reader, &naive(high)).await,
         Vec::<i64>::new(),
         "the naive reader has skipped {low} for good"
     );
@@ -235,22 +151,15 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
     // it back for a moment, so wait (bounded) for it to pass both appends.
     let mut careful = Vec::new();
     for _ in 0..200 {
-        careful = ids(reader
-            .query(gap_free, &[&0_i64])
-            .await
-            .unwrap_or_else(|e| panic!("{}", db_message(&e))));
+        careful = ids(&reader, &gap_free(0)).await;
         if careful.len() >= 2 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(careful, vec![low, high], "commit order delivers both");
-    let resumed = ids(reader
-        .query(gap_free, &[&low])
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e))));
     assert_eq!(
-        resumed,
+        ids(&reader, &gap_free(low)).await,
         vec![high],
         "resuming after the checkpoint's (tx_id, id)"
     );
@@ -265,43 +174,27 @@ async fn lock_fences_only_grow_and_cannot_be_forged() {
     }
     let client = harness::connect().await;
     let schema = fresh_schema(&client, "fences").await;
-    client
-        .batch_execute(&format!("SET search_path TO \"{schema}\""))
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    let acquire = "INSERT INTO locks (name, owner, expires_at) VALUES ('l', $1, 100) \
-                   ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, \
-                   expires_at = EXCLUDED.expires_at, fence = DEFAULT RETURNING fence";
     let mut fences = Vec::new();
     for owner in ["a", "b"] {
-        let fence: i64 = client
-            .query_one(acquire, &[&owner])
-            .await
-            .map(|r| r.get(0))
-            .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-        fences.push(fence);
+        fences.extend(ids(&client, &queries::acquire_lock(&schema, "l", owner, 100)).await);
     }
-    client
-        .execute("DELETE FROM locks WHERE name = 'l'", &[])
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    let fence: i64 = client
-        .query_one(acquire, &[&"c"])
-        .await
-        .map(|r| r.get(0))
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    fences.push(fence);
+    exec(
+        &client,
+        &format!("DELETE FROM \"{schema}\".locks WHERE name = 'l'"),
+    )
+    .await;
+    fences.extend(ids(&client, &queries::acquire_lock(&schema, "l", "c", 100)).await);
+    assert_eq!(fences.len(), 3);
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences must only grow: {fences:?}"
     );
 
-    let forged = client
-        .execute("UPDATE locks SET fence = 1000000 WHERE name = 'l'", &[])
-        .await
-        .err()
-        .map(|e| db_message(&e))
-        .unwrap_or_default();
+    let forged = refusal(
+        &client,
+        &format!("UPDATE \"{schema}\".locks SET fence = 1000000 WHERE name = 'l'"),
+    )
+    .await;
     assert!(
         forged.contains("fence"),
         "writing a fence by hand must be refused: {forged:?}"
@@ -317,31 +210,16 @@ async fn the_offset_upsert_only_moves_forward() {
     }
     let client = harness::connect().await;
     let schema = fresh_schema(&client, "offsets").await;
-    client
-        .batch_execute(&format!("SET search_path TO \"{schema}\""))
-        .await
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    let upsert = "INSERT INTO stream_offsets (stream, consumer, \"offset\") VALUES ('s', 'c', $1) \
-                  ON CONFLICT (stream, consumer) DO UPDATE SET \"offset\" = EXCLUDED.\"offset\" \
-                  WHERE stream_offsets.\"offset\" < EXCLUDED.\"offset\"";
     for offset in [5_i64, 9, 3, 9, 12, 1] {
-        client
-            .execute(upsert, &[&offset])
-            .await
-            .unwrap_or_else(|e| panic!("{}", db_message(&e)));
+        exec(&client, &queries::advance_offset(&schema, "s", "c", offset)).await;
     }
-    let stored: i64 = client
-        .query_one("SELECT \"offset\" FROM stream_offsets", &[])
-        .await
-        .map(|r| r.get(0))
-        .unwrap_or_else(|e| panic!("{}", db_message(&e)));
-    assert_eq!(stored, 12);
-    let refused = client
-        .execute(upsert.replace("$1", "-1").as_str(), &[])
-        .await
-        .err()
-        .map(|e| db_message(&e))
-        .unwrap_or_default();
+    let stored = ids(
+        &client,
+        &format!("SELECT \"offset\" FROM \"{schema}\".stream_offsets"),
+    )
+    .await;
+    assert_eq!(stored, vec![12]);
+    let refused = refusal(&client, &queries::advance_offset(&schema, "s", "c", -1)).await;
     assert!(
         refused.contains("stream_offsets_offset_not_negative"),
         "{refused}"

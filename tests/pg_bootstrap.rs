@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use harness::{exec, queries};
 use schema_gen::catalog::CATALOG_QUERY;
 use schema_gen::render::{self, StatementKind};
 use schema_gen::{ErrorKind, Outcome, bootstrap, verify};
@@ -21,21 +22,9 @@ fn model_tables() -> Vec<String> {
     engine_family().into_iter().map(|t| t.name).collect()
 }
 
-fn schema_named(prefix: &str) -> SchemaName {
-    let raw = harness::unique_schema(prefix);
-    SchemaName::new(&raw).unwrap_or_else(|e| panic!("harness name {raw} refused: {e}"))
-}
-
-async fn exec(client: &Client, sql: &str) {
-    client
-        .batch_execute(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
 async fn bootstrapped(prefix: &str) -> (Client, SchemaName) {
     let mut client = harness::connect().await;
-    let schema = schema_named(prefix);
+    let schema = harness::unique_schema_name(prefix);
     let outcome = bootstrap(&mut client, &schema)
         .await
         .unwrap_or_else(|e| panic!("bootstrap of {schema}: {e}"));
@@ -49,7 +38,7 @@ async fn bootstrap_twice_creates_then_is_already_current() {
         return;
     }
     let mut client = harness::connect().await;
-    let schema = schema_named("boot_twice");
+    let schema = harness::unique_schema_name("boot_twice");
 
     let first = bootstrap(&mut client, &schema).await.unwrap();
     match &first {
@@ -123,7 +112,7 @@ async fn a_missing_schema_is_one_difference() {
         return;
     }
     let client = harness::connect().await;
-    let schema = schema_named("never_made");
+    let schema = harness::unique_schema_name("never_made");
     let differences = verify(&client, &schema).await.unwrap();
     assert_eq!(
         differences
@@ -170,21 +159,13 @@ async fn the_claim_index_has_its_definition_and_serves_the_claim_without_a_sort(
         ),
     )
     .await;
-    let plan = client
-        .query(
-            &format!(
-                "EXPLAIN SELECT id FROM {schema}.jobs
-                 WHERE queue = 'q3' AND claimed_at IS NULL AND run_at <= 4000
-                 ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
-            ),
-            &[],
-        )
-        .await
-        .unwrap();
-    let plan: Vec<String> = plan.iter().map(|r| r.get(0)).collect();
-    let plan = plan.join("\n");
-    assert!(plan.contains("jobs_claim_idx"), "{plan}");
-    assert!(!plan.contains("Sort"), "the claim must not sort:\n{plan}");
+    // The claim uses the index and does not sort.
+    queries::assert_served_by(
+        &client,
+        "jobs_claim_idx",
+        &queries::claim(&schema, "q3", 4000, 1),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -193,10 +174,7 @@ async fn stream_offsets_are_monotone_and_leave_gaps_that_are_never_reused() {
         return;
     }
     let (client, schema) = bootstrapped("offsets").await;
-    let append = format!(
-        "INSERT INTO {schema}.stream_events (stream, key, payload, created_at)
-         VALUES ('s', NULL, '\\x01', 1) RETURNING id"
-    );
+    let append = queries::append_event(&schema, "s", b"\x01");
     let mut ids = Vec::new();
     for _ in 0..5 {
         let id: i64 = client.query_one(&append, &[]).await.unwrap().get(0);
@@ -358,7 +336,7 @@ async fn thirty_two_concurrent_bootstraps_of_one_fresh_schema_all_succeed_and_on
         return;
     }
     const SESSIONS: usize = 32;
-    let schema = schema_named("concurrent");
+    let schema = harness::unique_schema_name("concurrent");
     let mut clients = Vec::new();
     for _ in 0..SESSIONS {
         clients.push(harness::connect().await);
@@ -421,7 +399,7 @@ async fn steady_state_is_one_round_trip_that_only_reads_the_catalog() {
 
     // The proxy counts what it should: the creating path is many round trips.
     proxy.reset();
-    let fresh = schema_named("one_trip_fresh");
+    let fresh = harness::unique_schema_name("one_trip_fresh");
     assert!(bootstrap(&mut client, &fresh).await.unwrap().created());
     assert!(proxy.round_trips() > 10, "{}", proxy.round_trips());
 }
@@ -529,7 +507,7 @@ async fn a_least_privilege_role_bootstraps_at_steady_state() {
         return;
     }
     let admin = harness::connect().await;
-    let schema = schema_named("least");
+    let schema = harness::unique_schema_name("least");
     let role = harness::unique_name("runtime");
 
     // The DBA applies the printed script, then grants USAGE and DML only.
@@ -604,7 +582,7 @@ async fn a_role_without_create_gets_an_error_that_names_the_missing_privilege() 
     let db_admin = harness::connect_url(&harness::create_database(&db).await).await;
     exec(&db_admin, &format!("CREATE ROLE {role} LOGIN")).await;
     let mut client = harness::connect_url(&harness::url_for(&role, None, Some(&db))).await;
-    let schema = schema_named("denied");
+    let schema = harness::unique_schema_name("denied");
 
     let err = bootstrap(&mut client, &schema).await.unwrap_err();
     match err.kind() {
@@ -687,7 +665,7 @@ async fn bootstrap_creates_missing_tables_of_an_existing_schema_and_touches_noth
     assert_eq!(events, 1);
 
     // A schema a DBA created empty (owned by the bootstrapping role) is filled in.
-    let empty = schema_named("prepared");
+    let empty = harness::unique_schema_name("prepared");
     exec(&client, &format!("CREATE SCHEMA {empty}")).await;
     match bootstrap(&mut client, &empty).await.unwrap() {
         Outcome::Created {
@@ -759,8 +737,8 @@ async fn co_tenants_are_untouched_and_two_engine_schemas_stay_apart() {
     .await;
     let before = consumer_dump(&client).await;
 
-    let one = schema_named("tenant_one");
-    let two = schema_named("tenant_two");
+    let one = harness::unique_schema_name("tenant_one");
+    let two = harness::unique_schema_name("tenant_two");
     assert!(bootstrap(&mut client, &one).await.unwrap().created());
     assert!(bootstrap(&mut client, &two).await.unwrap().created());
     assert_eq!(verify(&client, &one).await.unwrap(), vec![]);
@@ -781,12 +759,7 @@ async fn co_tenants_are_untouched_and_two_engine_schemas_stay_apart() {
     assert_eq!(consumer_dump(&client).await, before);
 
     // The two engine schemas share nothing: rows and offsets are their own.
-    let append = |schema: &SchemaName| {
-        format!(
-            "INSERT INTO {schema}.stream_events (stream, payload, created_at)
-             VALUES ('s', '\\x00', 0) RETURNING id"
-        )
-    };
+    let append = |schema: &SchemaName| queries::append_event(schema, "s", b"\x00");
     let a: i64 = client.query_one(&append(&one), &[]).await.unwrap().get(0);
     let b: i64 = client.query_one(&append(&one), &[]).await.unwrap().get(0);
     let c: i64 = client.query_one(&append(&two), &[]).await.unwrap().get(0);
@@ -836,7 +809,7 @@ async fn a_bootstrap_terminated_while_waiting_for_the_lock_leaves_no_schema() {
     if harness::skip_db_tests() {
         return;
     }
-    let schema = schema_named("killed_wait");
+    let schema = harness::unique_schema_name("killed_wait");
     let holder = harness::connect().await;
     exec(
         &holder,
@@ -878,7 +851,7 @@ async fn a_bootstrap_terminated_mid_ddl_leaves_no_partial_schema() {
         return;
     }
     let admin = harness::connect().await;
-    let schema = schema_named("killed_ddl");
+    let schema = harness::unique_schema_name("killed_ddl");
     exec(&admin, &format!("CREATE SCHEMA {schema}")).await;
 
     // Another transaction (not taking the bootstrap lock) is creating a
@@ -948,7 +921,7 @@ async fn a_lock_timeout_says_what_it_waited_for_and_changes_nothing() {
     if harness::skip_db_tests() {
         return;
     }
-    let schema = schema_named("lock_wait");
+    let schema = harness::unique_schema_name("lock_wait");
     let holder = harness::connect().await;
     exec(
         &holder,
@@ -1004,7 +977,7 @@ async fn a_clash_with_a_creator_that_skips_the_lock_is_retried_and_rechecked() {
         return;
     }
     let admin = harness::connect().await;
-    let schema = schema_named("clash");
+    let schema = harness::unique_schema_name("clash");
     exec(&admin, &format!("CREATE SCHEMA {schema}")).await;
 
     // Another tool creates `locks` exactly as the model has it, in its own

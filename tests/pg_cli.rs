@@ -1,6 +1,6 @@
 //! `schema-gen sql | psql`, `apply` and `check` against a real server, run
 //! in-process through `schema_gen::cli::run` (what the binary's `main`
-//! calls, with the same writers). `cli_database_binary.rs` runs the real
+//! calls, with the same writers). `cli_binary.rs` runs the real
 //! binary for the cases that need no server: exit codes, the refused name,
 //! the `DATABASE_URL` fallback.
 //!
@@ -8,24 +8,16 @@
 //! `check`, which must not be nested in the test's. Set-up runs on a separate
 //! runtime through `block_on`.
 
-use std::io::Write as _;
 use std::net::TcpListener;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 
+use harness::cli::run as cli;
 use schema_gen::{Outcome, bootstrap};
 use schema_model::SchemaName;
 use tokio::runtime::Runtime;
 
-fn cli(args: &[&str]) -> harness::cli::Ran {
-    harness::cli::run(args)
-}
-
 fn runtime() -> Runtime {
     Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
-}
-
-fn fresh_schema(prefix: &str) -> String {
-    harness::unique_schema(prefix)
 }
 
 /// A URL on which nothing listens: a port the OS just handed out and took back.
@@ -37,20 +29,8 @@ fn unreachable_url() -> String {
     format!("host=127.0.0.1 port={port} user=nobody dbname=nothing connect_timeout=5")
 }
 
-fn pipe_into_psql(script: &[u8]) {
-    let mut child = harness::psql()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("psql: {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap_or_else(|| panic!("psql stdin"))
-        .write_all(script)
-        .unwrap_or_else(|e| panic!("writing to psql: {e}"));
-    let out = child.wait_with_output().unwrap();
+fn pipe_into_psql(script: &str) {
+    let out = harness::psql_script(&harness::database_url(), script);
     assert!(
         out.status.success(),
         "psql -v ON_ERROR_STOP=1 failed: {}",
@@ -63,11 +43,11 @@ fn sql_piped_into_psql_twice_then_check_is_clean_and_bootstrap_is_current() {
     if harness::skip_db_tests() {
         return;
     }
-    let raw = fresh_schema("cli_psql");
+    let raw = harness::unique_schema("cli_psql");
     let printed = cli(&["sql", "--schema", &raw]);
     assert_eq!(printed.code, ExitCode::SUCCESS, "{}", printed.stderr);
-    pipe_into_psql(printed.stdout.as_bytes());
-    pipe_into_psql(printed.stdout.as_bytes());
+    pipe_into_psql(&printed.stdout);
+    pipe_into_psql(&printed.stdout);
 
     let url = harness::database_url();
     let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);
@@ -101,7 +81,7 @@ fn apply_creates_check_exits_1_on_drift_and_apply_refuses_it() {
     if harness::skip_db_tests() {
         return;
     }
-    let raw = fresh_schema("cli_drift");
+    let raw = harness::unique_schema("cli_drift");
     let url = harness::database_url();
 
     let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);

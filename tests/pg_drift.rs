@@ -6,17 +6,10 @@
 //! Each case asserts the whole list of differences, so a comparison that
 //! reports too much fails as surely as one that reports too little.
 
+use harness::exec;
 use schema_gen::render::{self, SCHEMA_DOC};
 use schema_gen::{Difference, ErrorKind, Outcome, bootstrap, verify};
 use schema_model::{SchemaName, TableModel as _};
-use tokio_postgres::Client;
-
-async fn exec(client: &Client, sql: &str) {
-    client
-        .batch_execute(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 fn texts(differences: &[Difference]) -> Vec<String> {
     differences.iter().map(ToString::to_string).collect()

@@ -9,13 +9,7 @@ use schema_model::{SchemaName, SchemaNameRule};
 
 /// DESIGN.md's rules, written independently of the implementation.
 fn oracle_accepts(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && (bytes[0].is_ascii_lowercase() || bytes[0] == b'_')
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+    harness::names::follows_identifier_syntax(name)
         && !name.starts_with("pg_")
         && name != "public"
         && name != "information_schema"

@@ -272,7 +272,8 @@ async fn create_in<C: GenericClient + Sync>(
     };
     // One round trip: the timeout must be in force before the lock wait.
     tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{DEFAULT_LOCK_TIMEOUT}'; {}",
+        "{}; {}",
+        render::lock_timeout_statement(),
         render::advisory_lock_statement(schema)
     ))
     .await

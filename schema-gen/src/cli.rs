@@ -50,30 +50,13 @@ pub struct Cli {
 pub enum Command {
     /// Print the bootstrap SQL as a psql-runnable script (one transaction), or
     /// with --dialect clickhouse the analytics sink's DDL for clickhouse client.
-    Sql {
-        /// The engine-owned schema: lowercase letters, digits and '_', at most 63 bytes
-        /// (postgres dialect only) [default: alkstore].
-        #[arg(long)]
-        schema: Option<String>,
-        /// Which family: the engine's PostgreSQL tables, or the ClickHouse analytics sink.
-        #[arg(long, value_enum, default_value_t = Dialect::Postgres)]
-        dialect: Dialect,
-        /// The ClickHouse database (clickhouse dialect only) [default: relay_analytics].
-        #[arg(long)]
-        database: Option<String>,
-    },
+    Sql(TargetArgs),
     /// Describe the table family: columns, types, nullability, defaults, docs,
     /// indexes and constraints.
     Describe {
-        /// The engine-owned schema (postgres dialect only) [default: alkstore].
-        #[arg(long)]
-        schema: Option<String>,
-        /// Which family: the engine's PostgreSQL tables, or the ClickHouse analytics sink.
-        #[arg(long, value_enum, default_value_t = Dialect::Postgres)]
-        dialect: Dialect,
-        /// The ClickHouse database (clickhouse dialect only) [default: relay_analytics].
-        #[arg(long)]
-        database: Option<String>,
+        /// Which family, and the schema or database it lives in.
+        #[command(flatten)]
+        target: TargetArgs,
         /// Markdown for reviewers, JSON (stable) for tools.
         #[arg(long, value_enum, default_value_t = Format::Markdown)]
         format: Format,
@@ -84,6 +67,21 @@ pub enum Command {
     /// Compare a live PostgreSQL database with the model and print every
     /// difference (exit 0 when it matches, 1 when it differs).
     Check(DatabaseArgs),
+}
+
+/// Which family `sql` and `describe` are about, and where it lives.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// The engine-owned schema: lowercase letters, digits and '_', at most 63 bytes
+    /// (postgres dialect only) [default: alkstore].
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// Which family: the engine's PostgreSQL tables, or the ClickHouse analytics sink.
+    #[arg(long, value_enum, default_value_t = Dialect::Postgres)]
+    pub dialect: Dialect,
+    /// The ClickHouse database (clickhouse dialect only) [default: relay_analytics].
+    #[arg(long)]
+    pub database: Option<String>,
 }
 
 /// Where `apply` and `check` connect, and which schema they look at.
@@ -159,13 +157,24 @@ where
             return ExitCode::SUCCESS;
         }
     };
-    let command = match cli.command {
+    match cli.command {
         // These talk to a server and have their own exit codes.
-        Command::Apply(args) => return database(Action::Apply, &args, stdout, stderr),
-        Command::Check(args) => return database(Action::Check, &args, stdout, stderr),
-        command => command,
-    };
-    match execute(command) {
+        Command::Apply(args) => database(Action::Apply, &args, stdout, stderr),
+        Command::Check(args) => database(Action::Check, &args, stdout, stderr),
+        Command::Sql(target) => print(sql(&target), stdout, stderr),
+        Command::Describe { target, format } => {
+            print(describe_family(&target, format), stdout, stderr)
+        }
+    }
+}
+
+/// Writes a command's output, or its refusal as one line on `stderr`.
+fn print(
+    result: Result<String, String>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> ExitCode {
+    match result {
         Ok(output) => match stdout.write_all(output.as_bytes()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
@@ -192,67 +201,52 @@ enum Target {
     Clickhouse(DatabaseName),
 }
 
-fn target(
-    dialect: Dialect,
-    schema: Option<&str>,
-    database: Option<&str>,
-) -> Result<Target, String> {
-    match (dialect, database) {
-        (Dialect::Postgres, None) => Ok(Target::Postgres(schema_name(
-            schema.unwrap_or(schema_model::schema_name::DEFAULT_SCHEMA_NAME),
-        )?)),
-        (Dialect::Postgres, Some(_)) => Err(
+fn target(args: &TargetArgs) -> Result<Target, String> {
+    match (args.dialect, &args.schema, &args.database) {
+        (Dialect::Postgres, schema, None) => {
+            Ok(Target::Postgres(schema_name(schema.as_deref().unwrap_or(
+                schema_model::schema_name::DEFAULT_SCHEMA_NAME,
+            ))?))
+        }
+        (Dialect::Postgres, _, Some(_)) => Err(
             "--database names a ClickHouse database and needs --dialect clickhouse; \
              the postgres dialect takes --schema"
                 .to_owned(),
         ),
-        (Dialect::Clickhouse, _) if schema.is_some() => Err(
+        (Dialect::Clickhouse, Some(_), _) => Err(
             "--schema names a PostgreSQL schema; with --dialect clickhouse use --database"
                 .to_owned(),
         ),
-        (Dialect::Clickhouse, database) => database
+        (Dialect::Clickhouse, None, database) => database
+            .as_deref()
             .map_or_else(|| Ok(DatabaseName::default()), DatabaseName::new)
             .map(Target::Clickhouse)
             .map_err(|err| err.to_string()),
     }
 }
 
-fn execute(command: Command) -> Result<String, String> {
-    match command {
-        Command::Sql {
-            schema,
-            dialect,
-            database,
-        } => match target(dialect, schema.as_deref(), database.as_deref())? {
-            Target::Postgres(schema) => Ok(render::script(&schema)),
-            Target::Clickhouse(database) => Ok(clickhouse::script(&database)),
-        },
-        Command::Describe {
-            schema,
-            dialect,
-            database,
-            format,
-        } => match target(dialect, schema.as_deref(), database.as_deref())? {
-            Target::Postgres(schema) => {
-                let description = describe::engine(&schema);
-                match format {
-                    Format::Markdown => Ok(describe::to_markdown(&description)),
-                    Format::Json => describe::to_json(&description).map_err(|err| err.to_string()),
-                }
-            }
-            Target::Clickhouse(database) => {
-                let description = describe::analytics(&database);
-                match format {
-                    Format::Markdown => Ok(describe::analytics_to_markdown(&description)),
-                    Format::Json => {
-                        describe::analytics_to_json(&description).map_err(|err| err.to_string())
-                    }
-                }
-            }
-        },
-        // `run` dispatches these before calling `execute`; the arm keeps the match total.
-        Command::Apply(_) | Command::Check(_) => {
-            Err("internal error: apply and check are run by `run`".to_owned())
+/// `schema-gen sql`: the script of the chosen family.
+fn sql(args: &TargetArgs) -> Result<String, String> {
+    Ok(match target(args)? {
+        Target::Postgres(schema) => render::script(&schema),
+        Target::Clickhouse(database) => clickhouse::script(&database),
+    })
+}
+
+/// `schema-gen describe`: the chosen family as markdown or JSON.
+fn describe_family(args: &TargetArgs, format: Format) -> Result<String, String> {
+    match (target(args)?, format) {
+        (Target::Postgres(schema), Format::Markdown) => {
+            Ok(describe::to_markdown(&describe::engine(&schema)))
+        }
+        (Target::Postgres(schema), Format::Json) => {
+            describe::to_json(&describe::engine(&schema)).map_err(|err| err.to_string())
+        }
+        (Target::Clickhouse(database), Format::Markdown) => Ok(describe::analytics_to_markdown(
+            &clickhouse::describe(&database),
+        )),
+        (Target::Clickhouse(database), Format::Json) => {
+            describe::to_json(&clickhouse::describe(&database)).map_err(|err| err.to_string())
         }
     }
 }

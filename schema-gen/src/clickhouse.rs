@@ -93,8 +93,19 @@ fn engine_ident(name: &str) -> String {
     }
 }
 
-/// `db`.`table` for a table of the family.
-fn qualified<T: ClickHouseTable>(database: &DatabaseName) -> String {
+/// A table of the family qualified by its database, both backtick-quoted:
+/// how every generated statement names the table.
+///
+/// ```
+/// use schema_gen::clickhouse::qualified;
+/// use schema_model::{DatabaseName, WebhookAttempts};
+///
+/// assert_eq!(
+///     qualified::<WebhookAttempts>(&DatabaseName::default()),
+///     "`relay_analytics`.`webhook_attempts`"
+/// );
+/// ```
+pub fn qualified<T: ClickHouseTable>(database: &DatabaseName) -> String {
     format!(
         "{}.{}",
         quote_ident(database.as_str()),

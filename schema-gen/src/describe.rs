@@ -20,8 +20,8 @@ pub fn engine(schema: &SchemaName) -> FamilyDescription {
     }
 }
 
-/// Renders a description as pretty JSON with a trailing newline.
-pub fn to_json(description: &FamilyDescription) -> Result<String, serde_json::Error> {
+/// Renders a description (of either family) as pretty JSON with a trailing newline.
+pub fn to_json<D: Serialize>(description: &D) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(description).map(|json| json + "\n")
 }
 
@@ -69,19 +69,6 @@ pub fn to_markdown(description: &FamilyDescription) -> String {
         }
     }
     out
-}
-
-/// Describes the analytics family (the ClickHouse dialect) for `database`:
-/// what `schema-gen describe --dialect clickhouse` prints.
-pub fn analytics(database: &schema_model::DatabaseName) -> crate::clickhouse::AnalyticsDescription {
-    crate::clickhouse::describe(database)
-}
-
-/// Renders the analytics description as pretty JSON with a trailing newline.
-pub fn analytics_to_json(
-    description: &crate::clickhouse::AnalyticsDescription,
-) -> Result<String, serde_json::Error> {
-    serde_json::to_string_pretty(description).map(|json| json + "\n")
 }
 
 /// Renders the analytics description as markdown: a section per table with

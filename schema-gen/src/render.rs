@@ -122,6 +122,19 @@ pub fn advisory_lock_statement(schema: &SchemaName) -> String {
 /// The default `lock_timeout` of a bootstrap transaction: no wait is unbounded.
 pub const DEFAULT_LOCK_TIMEOUT: &str = "5s";
 
+/// The statement that bounds every lock wait of the bootstrap transaction to
+/// [`DEFAULT_LOCK_TIMEOUT`]; it must run first, before the advisory lock.
+///
+/// ```
+/// assert_eq!(
+///     schema_gen::render::lock_timeout_statement(),
+///     "SET LOCAL lock_timeout = '5s'"
+/// );
+/// ```
+pub fn lock_timeout_statement() -> String {
+    format!("SET LOCAL lock_timeout = '{DEFAULT_LOCK_TIMEOUT}'")
+}
+
 /// The whole bootstrap as a psql-runnable script: one transaction, the
 /// advisory lock, a bounded `lock_timeout`, then [`bootstrap_statements`],
 /// each terminated by `;`.
@@ -131,10 +144,11 @@ pub fn script(schema: &SchemaName) -> String {
          -- Apply with: psql -v ON_ERROR_STOP=1 -f <this file>\n\
          -- Idempotent: re-running it creates nothing that already exists.\n\n\
          BEGIN;\n\n\
-         SET LOCAL lock_timeout = '{DEFAULT_LOCK_TIMEOUT}';\n\n\
+         {};\n\n\
          -- Serialise concurrent bootstraps of this schema name.\n\
          {};\n\n",
         quote_ident(schema.as_str()),
+        lock_timeout_statement(),
         advisory_lock_statement(schema),
     );
     for statement in bootstrap_statements(schema) {

@@ -303,7 +303,7 @@ pub fn visit_analytics_family<V: ClickHouseTableVisitor>(visitor: &mut V) {
 pub const TS_FLOOR: &str = "2020-01-01 00:00:00";
 
 /// [`TS_FLOOR`] as unix milliseconds; [`shape`] refuses instants at or below it.
-pub const TS_FLOOR_UNIX_MILLIS: i64 = 1_577_836_800_000;
+pub const TS_FLOOR_UNIX_MILLIS: i64 = days_from_civil(2020, 1, 1) * 86_400_000;
 
 /// Days a `webhook_attempts` row is kept.
 pub const RETENTION_DAYS: u32 = 90;

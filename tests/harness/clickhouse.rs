@@ -14,12 +14,17 @@
 //! workspace, which is created on first use (about half a minute: it pip-installs
 //! [`CHDB_REQUIREMENT`]). If it cannot be provisioned the test panics with the
 //! set-up step to run by hand; it never skips silently. Only
-//! [`SKIP_ENV`]`=1` skips, and loudly (see [`skip_requested`]).
+//! [`SKIP_ENV`]`=1` skips, loudly and never in CI (see [`skip_requested`]).
 //!
 //! Engine defaults in chdb differ from a ClickHouse server's (e.g.
 //! `date_time_input_format` is `best_effort`, `async_insert` is 1,
 //! `output_format_json_quote_64bit_integers` is 0): tests spell out every
 //! setting their assertion depends on, as production inserts must.
+//!
+//! Also here, shared by the ClickHouse tests: instants ([`iso_utc`],
+//! [`an_hour_ago_millis`]), output and row helpers ([`json_lines`],
+//! [`renamed`]) and the publisher's records ([`timed_out_event`],
+//! [`delivered_event`], [`shaped`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -27,27 +32,39 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use schema_model::{AttemptEvent, AttemptRow, shape};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The one spelling of the pinned chdb version, for the constants below.
+macro_rules! pinned_chdb_version {
+    () => {
+        "26.5.0"
+    };
+}
 
 /// The pip requirement that provisions the engine: chdb's lite build of ClickHouse 26.5.
-pub const CHDB_REQUIREMENT: &str = "chdb-core-lite==26.5.0";
+pub const CHDB_REQUIREMENT: &str = concat!("chdb-core-lite==", pinned_chdb_version!());
 
 /// The `chdb.__version__` that [`CHDB_REQUIREMENT`] installs; a managed venv with another one is rebuilt.
-pub const CHDB_VERSION: &str = "26.5.0";
+pub const CHDB_VERSION: &str = pinned_chdb_version!();
 
 /// Environment variable naming a Python interpreter that can `import chdb`; when set, no venv is created.
 pub const PYTHON_ENV: &str = "ALKSTORE_CHDB_PYTHON";
 
-/// Environment variable that, set to `1`, makes [`skip_requested`] true. CI never sets it.
+/// Environment variable that, set to `1`, makes [`skip_requested`] true; refused when `CI` is set.
 pub const SKIP_ENV: &str = "ALKSTORE_SKIP_CLICKHOUSE_TESTS";
 
 /// How long one [`run`] may take before the runner is killed and the test panics.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The one-line manual set-up, quoted by every provisioning panic.
-const SETUP_HINT: &str = "python3 -m venv target/chdb-venv && \
-     target/chdb-venv/bin/pip install chdb-core-lite==26.5.0, or set ALKSTORE_CHDB_PYTHON \
-     to a python that can `import chdb`";
+fn setup_hint() -> String {
+    format!(
+        "python3 -m venv target/chdb-venv && target/chdb-venv/bin/pip install \
+         {CHDB_REQUIREMENT}, or set {PYTHON_ENV} to a python that can `import chdb`"
+    )
+}
 
 /// One SQL statement for the engine, with optional inline data.
 ///
@@ -215,8 +232,17 @@ struct Request<'a> {
 ///
 /// Tests call it first and return early when it is true. Nothing else skips:
 /// an engine that cannot be provisioned is a panic, not a skip.
+///
+/// # Panics
+///
+/// If [`SKIP_ENV`]`=1` while `CI` is set: CI must never skip, so the opt-out
+/// cannot hide a missing engine there (as the PostgreSQL harness's
+/// [`skip_db_tests`](crate::pg::skip_db_tests)).
 pub fn skip_requested() -> bool {
     let skip = std::env::var(SKIP_ENV).is_ok_and(|v| v == "1");
+    if skip && std::env::var_os("CI").is_some() {
+        panic!("{SKIP_ENV}=1 is for local runs only and is refused when CI is set");
+    }
     if skip {
         eprintln!(
             "\n*** {SKIP_ENV}=1: SKIPPING a ClickHouse engine test. Nothing about ClickHouse \
@@ -267,25 +293,22 @@ pub fn run_checked(steps: &[Step]) -> Vec<StepResult> {
 /// Like [`run`], with the engine version as well.
 pub fn run_full(steps: &[Step]) -> Response {
     let python = python();
+    let runner = runner_path();
     let request = serde_json::to_vec(&Request { steps }).expect("steps serialize to JSON");
-    let output = run_with_timeout(
-        Command::new(python).arg(runner_path()),
-        &request,
-        RUN_TIMEOUT,
-    )
-    .unwrap_or_else(|e| panic!("running {}: {e}", runner_path().display()));
+    let output = run_with_timeout(Command::new(python).arg(&runner), &request, RUN_TIMEOUT)
+        .unwrap_or_else(|e| panic!("running {}: {e}", runner.display()));
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         panic!(
             "{} exited with {}; stderr:\n{stderr}",
-            runner_path().display(),
+            runner.display(),
             output.status
         );
     }
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
             "unreadable response from {} ({e}); stdout:\n{}\nstderr:\n{stderr}",
-            runner_path().display(),
+            runner.display(),
             String::from_utf8_lossy(&output.stdout)
         )
     })
@@ -314,6 +337,100 @@ pub fn runner_path() -> PathBuf {
         .join("chdb_runner.py")
 }
 
+// ---------------------------------------------------------------------------
+// Instants, rows and records shared by the ClickHouse tests
+
+/// `unix_millis` as `YYYY-MM-DDThh:mm:ss.mmmZ`, the form the publisher sends.
+///
+/// An independent oracle: written apart from schema-model's private
+/// `format_unix_millis`, which the library must not share with its tests.
+pub fn iso_utc(unix_millis: i64) -> String {
+    let (secs, millis) = (unix_millis.div_euclid(1000), unix_millis.rem_euclid(1000));
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// An hour ago, in unix milliseconds: a whole second plus 123 ms, so the
+/// millisecond part is exercised. Rows must be recent: the table's 90-day
+/// TTL drops older ones, so a fixed date would make the tests rot.
+pub fn an_hour_ago_millis() -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    let secs = i64::try_from(now.as_secs()).expect("seconds fit i64");
+    (secs - 3600) * 1000 + 123
+}
+
+/// Parses `JSONEachRow` output into one value per line.
+pub fn json_lines(output: &str) -> Vec<Value> {
+    output
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// `row` (a JSON object) with its key `from` renamed to `to`, e.g. a row
+/// carrying the publisher's `attempted_at` instead of the column `ts`.
+pub fn renamed(mut row: Value, from: &str, to: &str) -> Value {
+    let map = row.as_object_mut().expect("a row is a JSON object");
+    let value = map
+        .remove(from)
+        .unwrap_or_else(|| panic!("the row has no {from:?}"));
+    map.insert(to.to_owned(), value);
+    row
+}
+
+/// The publisher's record of an attempt that timed out at `attempted_at`:
+/// no status at all (nothing answered), an error text.
+pub fn timed_out_event(attempted_at: &str) -> AttemptEvent {
+    AttemptEvent {
+        delivery_id: "6f1c2a3b-0000-4000-8000-00000000d001".into(),
+        endpoint_id: "6f1c2a3b-0000-4000-8000-00000000a001".into(),
+        environment_id: "6f1c2a3b-0000-4000-8000-00000000e001".into(),
+        event_id: "6f1c2a3b-0000-4000-8000-00000000f001".into(),
+        attempt: 1,
+        attempted_at: attempted_at.to_owned(),
+        status: None,
+        error: Some("timeout after 30000 ms".into()),
+        latency_ms: 30_000,
+        outcome: "rescheduled".into(),
+    }
+}
+
+/// The publisher's record of the next attempt of the same delivery, which
+/// was delivered at `attempted_at`: a status, no error.
+pub fn delivered_event(attempted_at: &str) -> AttemptEvent {
+    AttemptEvent {
+        attempt: 2,
+        status: Some(200),
+        error: None,
+        latency_ms: 87,
+        outcome: "delivered".into(),
+        ..timed_out_event(attempted_at)
+    }
+}
+
+/// The record as the consumer receives it (JSON), shaped into a row.
+pub fn shaped(event: &AttemptEvent) -> AttemptRow {
+    let record = serde_json::to_value(event).unwrap_or_else(|e| panic!("{e}"));
+    shape(&record).unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn workspace_target() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -327,23 +444,33 @@ fn locate_python() -> Result<PathBuf, String> {
         return match chdb_version(&explicit) {
             Ok(_) => Ok(explicit),
             Err(e) => Err(format!(
-                "{PYTHON_ENV}={} cannot run chdb: {e}\nSet-up: {SETUP_HINT}",
-                explicit.display()
+                "{PYTHON_ENV}={} cannot run chdb: {e}\nSet-up: {}",
+                explicit.display(),
+                setup_hint()
             )),
         };
     }
     let venv = workspace_target().join("chdb-venv");
-    let python = venv.join("bin").join("python");
-    if matches!(chdb_version(&python), Ok(v) if v == CHDB_VERSION) {
-        return Ok(python);
+    if !holds_pinned_chdb(&venv) {
+        provision(&venv).map_err(|e| {
+            format!(
+                "could not provision the ClickHouse engine (chdb) in {}:\n{e}\nSet-up: {}",
+                venv.display(),
+                setup_hint()
+            )
+        })?;
     }
-    provision(&venv).map_err(|e| {
-        format!(
-            "could not provision the ClickHouse engine (chdb) in {}:\n{e}\nSet-up: {SETUP_HINT}",
-            venv.display()
-        )
-    })?;
-    Ok(python)
+    Ok(venv_python(&venv))
+}
+
+/// The interpreter of the venv at `venv`.
+fn venv_python(venv: &Path) -> PathBuf {
+    venv.join("bin").join("python")
+}
+
+/// Whether the venv at `venv` runs chdb [`CHDB_VERSION`].
+fn holds_pinned_chdb(venv: &Path) -> bool {
+    matches!(chdb_version(&venv_python(venv)), Ok(v) if v == CHDB_VERSION)
 }
 
 /// Runs `python -c 'import chdb'` and returns `chdb.__version__`.
@@ -405,11 +532,11 @@ fn provision(venv: &Path) -> Result<(), String> {
     let built = (|| {
         run_setup_command(Command::new("python3").arg("-m").arg("venv").arg(&partial))?;
         run_setup_command(
-            Command::new(partial.join("bin").join("python"))
+            Command::new(venv_python(&partial))
                 .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
                 .arg(CHDB_REQUIREMENT),
         )?;
-        match chdb_version(&partial.join("bin").join("python"))? {
+        match chdb_version(&venv_python(&partial))? {
             v if v == CHDB_VERSION => Ok(()),
             v => Err(format!(
                 "installed chdb reports version {v}, expected {CHDB_VERSION}"
@@ -431,8 +558,7 @@ fn provision(venv: &Path) -> Result<(), String> {
             );
             return Ok(());
         }
-        let python = venv.join("bin").join("python");
-        if matches!(chdb_version(&python), Ok(v) if v == CHDB_VERSION) {
+        if holds_pinned_chdb(venv) {
             // Another process finished first: use its venv.
             let _ = std::fs::remove_dir_all(&partial);
             return Ok(());

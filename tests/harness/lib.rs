@@ -1,4 +1,5 @@
-//! Shared test harness: a real PostgreSQL server (and later a real ClickHouse engine) for the integration tests.
+//! Shared test harness: a real PostgreSQL server and a real ClickHouse engine
+//! for the integration tests, and the helpers the tests share.
 //!
 //! The PostgreSQL part lives in [`pg`] and is re-exported here, so tests write
 //! `harness::connect().await`.
@@ -6,12 +7,14 @@
 pub mod cli;
 pub mod clickhouse;
 pub mod dump;
+pub mod names;
 pub mod pg;
+pub mod queries;
 pub mod snapshots;
 pub mod wire;
 
 pub use pg::{
     DATABASE_URL_ENV, PG_BIN_ENV, SKIP_ENV, connect, connect_as, connect_url, create_database,
-    database_url, psql, psql_with_url, server_version_num, skip_db_tests, unique_name,
-    unique_schema, url_for, url_for_role,
+    database_url, describe_error, exec, psql, psql_script, psql_with_url, rows, server_version_num,
+    skip_db_tests, unique_name, unique_schema, unique_schema_name, url_for, url_for_role,
 };

@@ -201,6 +201,53 @@ pub async fn create_database(name: &str) -> String {
     s.render(&s.superuser, s.superuser_password.as_deref(), name)
 }
 
+/// Runs `sql` (one or more statements, simple-query protocol) on `client`.
+///
+/// # Panics
+///
+/// If the server refuses it; the message quotes the SQL and the server's words.
+pub async fn exec(client: &Client, sql: &str) {
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", describe_error(&e)));
+}
+
+/// Runs one query on `client` and returns its rows.
+///
+/// # Panics
+///
+/// If the server refuses it; the message quotes the SQL and the server's words.
+pub async fn rows(client: &Client, sql: &str) -> Vec<tokio_postgres::Row> {
+    client
+        .query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", describe_error(&e)))
+}
+
+/// Pipes `script` into `psql` connected to `url` (with [`psql_with_url`]'s
+/// flags), as an operator applies `schema-gen sql`, and returns its output.
+///
+/// # Panics
+///
+/// If psql cannot be started or fed.
+pub fn psql_script(url: &str, script: &str) -> Output {
+    let mut child = psql_with_url(url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting psql: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .unwrap_or_else(|e| panic!("writing to psql: {e}"));
+    }
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for psql: {e}"))
+}
+
 /// Returns a `psql` command that connects to the test database as superuser,
 /// with `-X -q -v ON_ERROR_STOP=1` (no psqlrc, quiet, stop at the first error).
 ///
@@ -256,6 +303,13 @@ pub async fn server_version_num() -> i32 {
 /// for system schemas and roles), or is not of the form `[a-z_][a-z0-9_]*`.
 pub fn unique_schema(prefix: &str) -> String {
     unique_ident(prefix)
+}
+
+/// [`unique_schema`] as a validated [`schema_model::SchemaName`].
+pub fn unique_schema_name(prefix: &str) -> schema_model::SchemaName {
+    let raw = unique_schema(prefix);
+    schema_model::SchemaName::new(&raw)
+        .unwrap_or_else(|e| panic!("the harness made a name the model refuses: {e}"))
 }
 
 /// Returns a role or database name unique across this run and across
@@ -432,7 +486,10 @@ fn external_server(url: &str) -> Result<Server, String> {
     })
 }
 
-fn describe_error(e: &tokio_postgres::Error) -> String {
+/// The server's own words for a failed statement (severity, message and
+/// SQLSTATE), or the driver's message with its causes: tokio-postgres's
+/// `Display` says only "db error".
+pub fn describe_error(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!(
             "{}: {} (SQLSTATE {})",
