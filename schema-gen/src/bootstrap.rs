@@ -52,6 +52,7 @@
 
 use std::fmt;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient};
 
 use schema_model::{SchemaName, TableDescription, engine_family};
@@ -198,10 +199,15 @@ fn assess(
 
 fn is_creation_clash(err: &Error) -> bool {
     match err.kind() {
-        ErrorKind::Query { source, .. } => matches!(
-            source.code().map(|c| c.code()),
-            Some("23505" | "42P06" | "42P07" | "42710")
-        ),
+        ErrorKind::Query { source, .. } => source.code().is_some_and(|code| {
+            [
+                SqlState::UNIQUE_VIOLATION,
+                SqlState::DUPLICATE_SCHEMA,
+                SqlState::DUPLICATE_TABLE,
+                SqlState::DUPLICATE_OBJECT,
+            ]
+            .contains(code)
+        }),
         _ => false,
     }
 }

@@ -8,8 +8,9 @@
 use std::fmt;
 
 use schema_model::SchemaName;
+use tokio_postgres::error::SqlState;
 
-use crate::verify::Difference;
+use crate::difference::Difference;
 
 /// Why bootstrap, verification or a database command failed.
 ///
@@ -207,8 +208,15 @@ pub(crate) fn is_connection_loss(err: &tokio_postgres::Error) -> bool {
     }
     match err.as_db_error() {
         Some(db) => {
-            let code = db.code().code();
-            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+            let code = db.code();
+            // Class 08 is "connection exception" as a whole.
+            code.code().starts_with("08")
+                || [
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::CANNOT_CONNECT_NOW,
+                ]
+                .contains(code)
         }
         None => {
             let mut source = std::error::Error::source(err);
@@ -228,7 +236,7 @@ pub(crate) fn is_connection_loss(err: &tokio_postgres::Error) -> bool {
 /// lost connection to [`ErrorKind::Connection`], anything else to
 /// [`ErrorKind::Query`].
 pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Context) -> Error {
-    let code = err.code().map(|c| c.code().to_owned());
+    let code = err.code().cloned();
     let kind = if is_connection_loss(&err) {
         ErrorKind::Connection {
             message: format!(
@@ -239,7 +247,7 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
             ),
             source: Some(err),
         }
-    } else if code.as_deref() == Some("42501") {
+    } else if code == Some(SqlState::INSUFFICIENT_PRIVILEGE) {
         ErrorKind::Privilege {
             role: context.role.clone(),
             privilege: step
@@ -253,7 +261,7 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
                 .unwrap_or_else(|| detail(&err)),
             source: err,
         }
-    } else if code.as_deref() == Some("55P03") {
+    } else if code == Some(SqlState::LOCK_NOT_AVAILABLE) {
         ErrorKind::LockTimeout {
             waiting_for: step
                 .waiting_for

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod cli;
 pub mod clickhouse;
 pub mod describe;
+pub mod difference;
 pub mod error;
 pub mod render;
 pub mod verify;

@@ -23,8 +23,8 @@ use sea_query::{
 use serde::Serialize;
 
 use schema_model::{
-    CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SqlType, TableModel, TableVisitor,
-    visit_engine_family,
+    CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SqlType, StorageParameter,
+    TableModel, TableVisitor, visit_engine_family,
 };
 
 /// What a bootstrap statement creates or documents.
@@ -172,7 +172,7 @@ impl TableVisitor for Renderer {
             object: table.clone(),
             sql: one_clause_per_line(
                 &create_table::<T>(&self.schema).to_string(PostgresQueryBuilder),
-            ),
+            ) + &storage_clause::<T>(),
         });
         for (name, index) in create_indexes::<T>(&self.schema) {
             self.statements.push(Statement {
@@ -210,7 +210,23 @@ fn table_ref<T: TableModel>(schema: &SchemaName) -> (Alias, T) {
     (Alias::new(schema.as_str()), T::TABLE)
 }
 
-/// The `CREATE TABLE IF NOT EXISTS` statement of one table.
+/// ` WITH (name=value, ...)`, or nothing when the table declares no storage
+/// parameters.
+fn storage_clause<T: TableModel>() -> String {
+    let parameters: Vec<String> = T::storage_parameters()
+        .into_iter()
+        .map(StorageParameter::reloption)
+        .collect();
+    if parameters.is_empty() {
+        String::new()
+    } else {
+        format!(" WITH ({})", parameters.join(", "))
+    }
+}
+
+/// The `CREATE TABLE IF NOT EXISTS` statement of one table, without its
+/// storage parameters (sea-query does not express `WITH (...)` for
+/// PostgreSQL; the bootstrap statement appends them).
 pub fn create_table<T: TableModel>(schema: &SchemaName) -> TableCreateStatement {
     let mut create = Table::create();
     create.table(table_ref::<T>(schema)).if_not_exists();
@@ -307,31 +323,29 @@ pub fn create_indexes<T: TableModel>(
         .collect()
 }
 
-/// Quotes an identifier for PostgreSQL (always quoted, `"` doubled).
+/// Quotes an identifier for PostgreSQL (always quoted, `"` doubled), with
+/// `postgres-protocol`'s port of libpq's `PQescapeIdentifier`.
 ///
 /// ```
 /// assert_eq!(schema_gen::render::quote_ident("a\"b"), r#""a""b""#);
 /// ```
 pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+    postgres_protocol::escape::escape_identifier(name)
 }
 
 /// Quotes a string literal for PostgreSQL whatever `standard_conforming_strings`
-/// says: `'` is doubled, and a string holding a backslash uses the `E''` form.
+/// says, with `postgres-protocol`'s port of libpq's `PQescapeLiteral`: `'` is
+/// doubled, and a string holding a backslash uses the `E''` form (preceded by
+/// a space, as libpq does, so it can never fuse with a preceding identifier).
 ///
 /// ```
 /// use schema_gen::render::quote_literal;
 ///
 /// assert_eq!(quote_literal("it's"), "'it''s'");
-/// assert_eq!(quote_literal(r"a\b"), r"E'a\\b'");
+/// assert_eq!(quote_literal(r"a\b"), r" E'a\\b'");
 /// ```
 pub fn quote_literal(text: &str) -> String {
-    let doubled = text.replace('\'', "''");
-    if text.contains('\\') {
-        format!("E'{}'", doubled.replace('\\', "\\\\"))
-    } else {
-        format!("'{doubled}'")
-    }
+    postgres_protocol::escape::escape_literal(text)
 }
 
 /// Puts each column and constraint of a one-line `CREATE TABLE` on its own

@@ -7,7 +7,9 @@
 
 use serde::Serialize;
 
-use crate::table::{CheckRule, ColumnDefault, IndexPredicate, Order, TableModel, TableVisitor};
+use crate::table::{
+    CheckRule, ColumnDefault, IndexPredicate, Order, StorageParameter, TableModel, TableVisitor,
+};
 
 /// One table of the family.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -24,6 +26,8 @@ pub struct TableDescription {
     pub indexes: Vec<IndexDescription>,
     /// Named `CHECK` constraints.
     pub checks: Vec<ConstraintDescription>,
+    /// Storage parameters as `pg_class.reloptions` lists them (`fillfactor=70`).
+    pub storage_parameters: Vec<String>,
 }
 
 /// One column.
@@ -325,6 +329,10 @@ impl TableDescription {
             primary_key,
             indexes,
             checks,
+            storage_parameters: T::storage_parameters()
+                .into_iter()
+                .map(StorageParameter::reloption)
+                .collect(),
         }
     }
 }

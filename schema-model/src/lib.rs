@@ -91,7 +91,7 @@ pub use schema_name::{SchemaName, SchemaNameError, SchemaNameRule};
 pub use streams::{ConsumerOffset, StreamEvent, StreamEvents, StreamOffsets};
 pub use table::{
     CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
-    TableModel, TableVisitor,
+    StorageParameter, TableModel, TableVisitor,
 };
 
 /// Visits every table of the engine family, in creation order. This is the

@@ -166,6 +166,34 @@ pub struct CheckDef<C> {
     pub rule: CheckRule<C>,
 }
 
+/// A table storage parameter (`CREATE TABLE ... WITH (...)`), declared where a
+/// hot path needs one. Verification compares the live `pg_class.reloptions`
+/// with [`StorageParameter::reloption`], so a parameter set by hand that the
+/// model does not declare is drift too.
+///
+/// ```
+/// use schema_model::StorageParameter;
+///
+/// assert_eq!(StorageParameter::Fillfactor(70).reloption(), "fillfactor=70");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageParameter {
+    /// `fillfactor`: the percentage of each heap page an insert fills, leaving
+    /// the rest for updated row versions on the same page (HOT updates).
+    Fillfactor(u8),
+}
+
+impl StorageParameter {
+    /// The parameter as PostgreSQL stores it in `pg_class.reloptions`
+    /// (`name=value`), which is also valid inside `WITH (...)`.
+    pub fn reloption(self) -> String {
+        match self {
+            Self::Fillfactor(percent) => format!("fillfactor={percent}"),
+        }
+    }
+}
+
 /// A table of the engine's family, declared as a sea-query `Iden` enum: a
 /// `Table` variant plus one variant per column.
 ///
@@ -188,6 +216,11 @@ pub trait TableModel: Iden + IntoEnumIterator + Copy + Eq + Debug + 'static {
 
     /// The named invariants.
     fn checks() -> Vec<CheckDef<Self>>;
+
+    /// Storage parameters (`WITH (...)`); none unless a hot path needs one.
+    fn storage_parameters() -> Vec<StorageParameter> {
+        Vec::new()
+    }
 
     /// Every column variant with its definition, in declaration order.
     fn columns() -> Vec<(Self, Column<Self>)> {

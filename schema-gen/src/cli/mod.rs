@@ -1,0 +1,172 @@
+//! The `schema-gen` command line: parsing and dispatch. `main.rs` only calls
+//! [`run`]. The offline commands (`sql`, `describe`) live in `family`, the
+//! ones that talk to a server (`apply`, `check`) in `database`.
+
+mod database;
+mod family;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use schema_model::SchemaName;
+
+pub use database::DatabaseArgs;
+pub use family::TargetArgs;
+
+const EXAMPLES: &str = "\
+Examples:
+  schema-gen sql                              print the DDL for schema \"alkstore\"
+  schema-gen sql --schema tenant_a | psql -v ON_ERROR_STOP=1
+  schema-gen describe --format json           the family as stable JSON, for tools
+  schema-gen describe --schema tenant_a       the family as markdown, for reviewers
+  schema-gen sql --dialect clickhouse         the analytics sink's DDL (database \"relay_analytics\")
+  schema-gen sql --dialect clickhouse --database analytics_eu | clickhouse client --multiquery
+  schema-gen describe --dialect clickhouse --format json
+  schema-gen apply --database-url postgres://app@db/app --schema tenant_a
+                                              create the schema, or confirm it is current
+  DATABASE_URL=postgres://app@db/app schema-gen check
+                                              list every difference between the database and the model
+
+Exit codes: 0 success (check: the schema matches the model), 1 drift (check: differences
+listed on stdout; apply: refused, nothing changed), 2 any error: usage, refused input,
+unreachable server, missing privilege.";
+
+/// Prints, describes, applies and checks alkstore's engine schema.
+#[derive(Debug, Parser)]
+#[command(
+    name = "schema-gen",
+    version,
+    about = "Prints, describes, applies and checks alkstore's engine schema.",
+    after_help = EXAMPLES
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the bootstrap SQL as a psql-runnable script (one transaction), or
+    /// with --dialect clickhouse the analytics sink's DDL for clickhouse client.
+    Sql(TargetArgs),
+    /// Describe the table family: columns, types, nullability, defaults, docs,
+    /// indexes and constraints.
+    Describe {
+        /// Which family, and the schema or database it lives in.
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Markdown for reviewers, JSON (stable) for tools.
+        #[arg(long, value_enum, default_value_t = Format::Markdown)]
+        format: Format,
+    },
+    /// Create the engine schema in a live PostgreSQL database, or confirm it is
+    /// current (what the engine does at open): one transaction, refuses on drift.
+    Apply(DatabaseArgs),
+    /// Compare a live PostgreSQL database with the model and print every
+    /// difference (exit 0 when it matches, 1 when it differs).
+    Check(DatabaseArgs),
+}
+
+/// Which table family (and SQL dialect) a command is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dialect {
+    /// The engine's tables, in PostgreSQL (`--schema`).
+    Postgres,
+    /// The analytics sink, in ClickHouse (`--database`).
+    Clickhouse,
+}
+
+/// Output format of `describe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Markdown tables.
+    Markdown,
+    /// Pretty-printed JSON.
+    Json,
+}
+
+/// Exit code for a usage error or refused input (clap's own convention).
+pub const EXIT_USAGE: u8 = 2;
+
+/// Exit code of `check` when the schema differs from the model, and of
+/// `apply` when it refused because of drift.
+pub const EXIT_DRIFT: u8 = 1;
+
+/// Parses `args` (including the program name), runs the command, writes to
+/// `stdout` / `stderr` and returns the process exit code. Nothing reaches
+/// `stdout` unless the command succeeds (a `check` that finds differences
+/// succeeds: it lists them on `stdout` and returns [`EXIT_DRIFT`]).
+pub fn run<I, T>(args: I, stdout: &mut dyn Write, stderr: &mut dyn Write) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version are answers, not errors: they go to stdout.
+            let text = err.render().to_string();
+            if err.use_stderr() {
+                // One line, so scripts can log it; the rest of clap's text is a hint.
+                let mut lines = text.lines();
+                let first = lines.next().unwrap_or_default();
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                // clap lists missing arguments on the next, indented lines.
+                let listed: Vec<&str> = if first.ends_with(':') {
+                    lines
+                        .take_while(|line| line.starts_with("  "))
+                        .map(str::trim)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let first = if listed.is_empty() {
+                    first.to_owned()
+                } else {
+                    format!("{first} {}", listed.join(", "))
+                };
+                let _ = writeln!(stderr, "schema-gen: {first} (see 'schema-gen --help')");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            let _ = stdout.write_all(text.as_bytes());
+            return ExitCode::SUCCESS;
+        }
+    };
+    match cli.command {
+        // These talk to a server and have their own exit codes.
+        Command::Apply(args) => database::run(database::Action::Apply, &args, stdout, stderr),
+        Command::Check(args) => database::run(database::Action::Check, &args, stdout, stderr),
+        Command::Sql(target) => print(family::sql(&target), stdout, stderr),
+        Command::Describe { target, format } => {
+            print(family::describe(&target, format), stdout, stderr)
+        }
+    }
+}
+
+/// Writes a command's output, or its refusal as one line on `stderr`.
+fn print(
+    result: Result<String, String>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> ExitCode {
+    match result {
+        Ok(output) => match stdout.write_all(output.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(message) => {
+            let _ = writeln!(stderr, "schema-gen: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+pub(crate) fn schema_name(raw: &str) -> Result<SchemaName, String> {
+    SchemaName::new(raw).map_err(|err| err.to_string())
+}
