@@ -1,13 +1,13 @@
 //! The ClickHouse dialect: DDL, the insert statement and the `FINAL` count
 //! query of the analytics family, rendered from the model's
-//! [`ClickHouseTable`] enums.
+//! [`ClickHouseTable`](schema_model::ClickHouseTable) enums.
 //!
 //! sea-query has no ClickHouse backend (its MySQL builder quotes and types
 //! differently), so this is a small renderer of its own over the same kind
 //! of `Iden` enums: column lists come from `EnumIter`, every column,
 //! partition, sorting-key and TTL reference goes through the enum, and the
-//! only user input, the [`DatabaseName`], is validated before it gets here
-//! and backtick-quoted anyway.
+//! only user input, the [`DatabaseName`](schema_model::DatabaseName), is
+//! validated before it gets here and backtick-quoted anyway.
 //!
 //! `schema-gen sql --dialect clickhouse` prints [`script`]; the snapshots
 //! record it; the integration tests run its [`statements`] on a real engine.

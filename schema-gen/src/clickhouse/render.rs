@@ -24,10 +24,6 @@ pub const DATABASE_DOC: &str =
 pub const INSERT_SETTINGS: &str =
     "input_format_skip_unknown_fields=0, date_time_input_format='best_effort'";
 
-/// Quotes an identifier with backticks, escaping `\` and `` ` `` with a
-/// backslash (ClickHouse's quoted-identifier escapes).
-///
-
 /// A table of the family qualified by its database, both backtick-quoted:
 /// how every generated statement names the table.
 ///
