@@ -35,7 +35,7 @@ const CANONICAL_TS: &[BorrowedFormatItem<'static>] =
 /// in UTC; sub-millisecond digits are truncated, as `DateTime64(3)` would.
 /// It must lie after [`TS_FLOOR`] (once truncated: the table's `ts_is_real`
 /// would refuse the whole batch) and at or before [`TS_CEILING`] (beyond it
-/// ClickHouse saturates silently).
+/// ClickHouse stores another instant, silently).
 ///
 /// A timestamp without an offset is refused: its instant would depend on a
 /// time zone. A leap second (`23:59:60` at the end of a UTC month) is the

@@ -1,6 +1,7 @@
 //! The `webhook_attempts` table: one row per webhook delivery attempt, as
 //! its publisher recorded it, and the bounds of its `ts` column.
 
+use sea_query::Iden;
 use strum::EnumIter;
 use time::UtcDateTime;
 use time::macros::utc_datetime;
@@ -9,7 +10,6 @@ use super::vocabulary::{
     ClickHouseCheck, ClickHouseCheckRule, ClickHouseColumn, ClickHouseEngine, ClickHouseTable,
     ClickHouseType, PartitionKey, RowTtl,
 };
-use sea_query::Iden;
 
 /// `ts_is_real`'s floor: no real attempt predates it, and the column's
 /// default (the epoch) is far below it. The table's `CHECK` is rendered from
@@ -22,8 +22,9 @@ pub const TS_FLOOR: UtcDateTime = utc_datetime!(2020-01-01 00:00:00);
 pub const TS_FLOOR_UNIX_MILLIS: i64 = (TS_FLOOR.unix_timestamp_nanos() / 1_000_000) as i64;
 
 /// The last instant the `ts` column (`DateTime64(3)`) can hold:
-/// 2299-12-31 23:59:59.999 UTC. ClickHouse saturates values beyond its range
-/// instead of refusing them, so [`shape`](super::shape) refuses them.
+/// 2299-12-31 23:59:59.999 UTC. ClickHouse does not refuse a value beyond
+/// it but stores another instant (2300-01-01 reads back as 2299-12-31
+/// 00:00:00), so [`shape`](super::shape) refuses it.
 pub const TS_CEILING: UtcDateTime = utc_datetime!(2299-12-31 23:59:59.999);
 
 /// Days a `webhook_attempts` row is kept.
