@@ -15,8 +15,8 @@ use harness::clickhouse::{delivered_event, shaped, timed_out_event};
 use proptest::prelude::*;
 use schema_model::analytics::{EVENT_FIELDS, RESERVED_DATABASE_NAMES};
 use schema_model::{
-    AttemptRow, ClickHouseTable, ClickHouseType, DatabaseName, DatabaseNameRule, ShapeError,
-    WebhookAttempts, shape,
+    AttemptRow, ClickHouseTable, ClickHouseType, DatabaseName, DatabaseNameRule, ReservedDatabase,
+    ShapeError, WebhookAttempts, shape,
 };
 use sea_query::Iden;
 use serde_json::{Map, Value, json};
@@ -286,10 +286,16 @@ fn database_name_cases() {
             "relay x",
             DatabaseNameRule::BadCharacter { found: ' ', at: 5 },
         ),
-        ("system", DatabaseNameRule::Reserved),
-        ("default", DatabaseNameRule::Reserved),
-        ("information_schema", DatabaseNameRule::Reserved),
-        ("INFORMATION_SCHEMA", DatabaseNameRule::Reserved),
+        ("system", DatabaseNameRule::Reserved(ReservedDatabase)),
+        ("default", DatabaseNameRule::Reserved(ReservedDatabase)),
+        (
+            "information_schema",
+            DatabaseNameRule::Reserved(ReservedDatabase),
+        ),
+        (
+            "INFORMATION_SCHEMA",
+            DatabaseNameRule::Reserved(ReservedDatabase),
+        ),
     ] {
         let err = DatabaseName::new(name).expect_err(name);
         assert_eq!(err.rule, rule, "{name:?}");
@@ -323,7 +329,7 @@ proptest! {
             .collect();
         prop_assert_eq!(
             DatabaseName::new(&name).map_err(|e| e.rule),
-            Err(DatabaseNameRule::Reserved)
+            Err(DatabaseNameRule::Reserved(ReservedDatabase))
         );
     }
 }

@@ -25,8 +25,10 @@ use harness::clickhouse::{
     timed_out_event,
 };
 use schema_gen::clickhouse::{
-    count_final_query, describe, insert_statement, qualified, statements,
+    count_final_query, describe, engine_ident, insert_statement, qualified, quote_ident,
+    quote_string, statements,
 };
+use schema_model::analytics::{TS_CEILING, TS_FLOOR_UNIX_MILLIS};
 use schema_model::{AttemptRow, ClickHouseTable, DatabaseName, WebhookAttempts, shape};
 use serde_json::{Value, json};
 
@@ -163,11 +165,15 @@ fn a_shaped_row_is_stored_and_read_back_equal() {
     }
     let db = DatabaseName::default();
     let at = an_hour_ago_millis();
-    // A record in another offset with an upper-case UUID: shape canonicalises
-    // both to the form the engine reads back.
-    let mut elsewhere = delivered_event(&iso_utc(at + 2 * 3_600_000).replace('Z', "+02:00"));
+    // A record in another offset, with sub-millisecond digits and UUIDs in
+    // every form uuid parses: shape canonicalises them all to the form the
+    // engine reads back (the engine itself refuses the braced and URN forms).
+    let mut elsewhere = delivered_event(&iso_utc(at + 2 * 3_600_000).replace('Z', "4567+02:00"));
     elsewhere.attempt = 3;
     elsewhere.environment_id = elsewhere.environment_id.to_uppercase();
+    elsewhere.endpoint_id = format!("{{{}}}", elsewhere.endpoint_id);
+    elsewhere.event_id = format!("urn:uuid:{}", elsewhere.event_id);
+    elsewhere.delivery_id = elsewhere.delivery_id.replace('-', "");
     let rows = [
         shaped(&timed_out_event(&iso_utc(at))),
         shaped(&delivered_event(&iso_utc(at))),
@@ -353,5 +359,163 @@ fn what_shape_refuses_the_engine_would_corrupt_or_refuse_for_the_whole_batch() {
         read[3].expect_ok(),
         "44\n",
         "300 wrapped to 44 without an error"
+    );
+}
+
+/// `row` (a JSON object) with `key` set to `value`.
+fn with_key(mut row: Value, key: &str, value: Value) -> Value {
+    row[key] = value;
+    row
+}
+
+#[test]
+fn the_ts_bounds_are_where_the_engine_puts_them() {
+    if clickhouse::skip_requested() {
+        return;
+    }
+    let db = DatabaseName::default();
+    let ceiling_millis = i64::try_from(TS_CEILING.unix_timestamp_nanos() / 1_000_000)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let good = to_value(&shaped(&timed_out_event(&iso_utc(an_hour_ago_millis()))));
+    // Written past shape, the way a consumer without it would.
+    let at = |millis: i64, attempt: u8| {
+        with_key(
+            with_key(good.clone(), "ts", json!(iso_utc(millis))),
+            "attempt",
+            json!(attempt),
+        )
+    };
+    // What shape says about the same instants, as the publisher sends them.
+    let shapes = |millis: i64| {
+        shape(&renamed(at(millis, 1), "ts", "attempted_at"))
+            .map(|row| row.ts)
+            .ok()
+    };
+    assert_eq!(shapes(TS_FLOOR_UNIX_MILLIS), None);
+    assert_eq!(
+        shapes(TS_FLOOR_UNIX_MILLIS + 1),
+        Some(iso_utc(TS_FLOOR_UNIX_MILLIS + 1))
+    );
+    assert_eq!(shapes(ceiling_millis), Some(iso_utc(ceiling_millis)));
+    assert_eq!(shapes(ceiling_millis + 1), None);
+
+    let mut steps = create(&db);
+    steps.push(insert(&db, &[at(TS_FLOOR_UNIX_MILLIS, 1)]).expecting_error());
+    steps.push(insert(&db, &[at(TS_FLOOR_UNIX_MILLIS + 1, 2)]));
+    steps.push(insert(
+        &db,
+        &[at(ceiling_millis, 3), at(ceiling_millis + 1, 4)],
+    ));
+    steps.push(Step::new(format!(
+        "SELECT attempt, ts FROM {} WHERE attempt >= 3 ORDER BY attempt \
+         SETTINGS date_time_output_format='iso'",
+        qualified::<WebhookAttempts>(&db)
+    )));
+    let results = clickhouse::run_checked(&steps);
+
+    // ts_is_real refuses the floor itself and takes the next millisecond:
+    // TS_FLOOR_UNIX_MILLIS is the instant the engine reads the CHECK's text as.
+    assert_eq!(
+        code_of(&results[2]),
+        Some(469),
+        "{}",
+        results[2].expect_err().message
+    );
+    // The ceiling is stored exactly; one millisecond later is not refused but
+    // silently stored as another instant, which is why shape refuses it.
+    let stored: Vec<&str> = results[5].expect_ok().lines().collect();
+    assert_eq!(stored[0], format!("3\t{}", iso_utc(ceiling_millis)));
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_ne!(stored[1], format!("4\t{}", iso_utc(ceiling_millis + 1)));
+}
+
+#[test]
+fn quoting_is_what_the_engine_reads_and_how_it_prints() {
+    if clickhouse::skip_requested() {
+        return;
+    }
+    let names = [
+        "ts",
+        "order",
+        "key",
+        "where",
+        "select",
+        "Select",
+        "from",
+        "FROM",
+        "distinct",
+        "all",
+        "table",
+        "values",
+        "null",
+        "NULL",
+        "_a1",
+        "weird col",
+        "9x",
+        "x.y",
+        "a`b",
+        "a\\b",
+        "it's",
+        "dq\"x",
+        "tab\tx",
+        "nl\nx",
+        "cr\rx",
+        "nul\0x",
+        "bs\u{8}x",
+        "ff\u{c}x",
+        "vt\u{b}x",
+        "del\u{7f}x",
+        "\u{e9}t\u{e9}",
+        "sep\u{2028}x",
+    ];
+    let db = database("quoting");
+    let table = format!(
+        "{}.{}",
+        quote_ident(db.as_str()),
+        quote_ident("weird`table")
+    );
+    let columns: Vec<String> = names
+        .iter()
+        .map(|name| format!("{} UInt8 COMMENT {}", quote_ident(name), quote_string(name)))
+        .collect();
+    let keys: Vec<String> = names.iter().map(|name| quote_ident(name)).collect();
+    let literals: Vec<String> = names.iter().map(|name| quote_string(name)).collect();
+    let steps = [
+        Step::new(format!("CREATE DATABASE {}", quote_ident(db.as_str()))),
+        Step::new(format!(
+            "CREATE TABLE {table} ({}) ENGINE = MergeTree ORDER BY ({})",
+            columns.join(", "),
+            keys.join(", ")
+        )),
+        Step::new(format!(
+            "SELECT name, comment FROM system.columns WHERE database = {} ORDER BY position",
+            quote_string(db.as_str())
+        ))
+        .with_format("JSONEachRow"),
+        Step::new(format!(
+            "SELECT name, sorting_key FROM system.tables WHERE database = {}",
+            quote_string(db.as_str())
+        ))
+        .with_format("JSONEachRow"),
+        Step::new(format!("SELECT [{}] AS strings", literals.join(", ")))
+            .with_format("JSONEachRow"),
+    ];
+    let results = clickhouse::run_checked(&steps);
+
+    // quote_ident and quote_string: the engine reads back exactly the text quoted.
+    let expected: Vec<Value> = names
+        .iter()
+        .map(|name| json!({"name": name, "comment": name}))
+        .collect();
+    assert_eq!(json_lines(results[2].expect_ok()), expected);
+    assert_eq!(
+        json_lines(results[4].expect_ok()),
+        [json!({ "strings": names })]
+    );
+    // engine_ident: the sorting key as the engine's formatter prints it.
+    let printed: Vec<String> = names.iter().map(|name| engine_ident(name)).collect();
+    assert_eq!(
+        json_lines(results[3].expect_ok()),
+        [json!({"name": "weird`table", "sorting_key": printed.join(", ")})]
     );
 }

@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use schema_gen::render::{bootstrap_statements, script};
-use schema_model::{SchemaName, SchemaNameRule};
+use schema_model::{ReservedSchema, SchemaName, SchemaNameRule};
 
 /// DESIGN.md's rules, written independently of the implementation.
 fn oracle_accepts(name: &str) -> bool {
@@ -106,7 +106,10 @@ fn tricky_names_are_accepted_or_refused_as_the_rules_say() {
             "alkStore",
             Some(SchemaNameRule::BadCharacter { found: 'S', at: 3 }),
         ),
-        ("pg_x", Some(SchemaNameRule::ReservedPrefix)),
+        (
+            "pg_x",
+            Some(SchemaNameRule::Reserved(ReservedSchema::PgPrefix)),
+        ),
         (
             "a\"b",
             Some(SchemaNameRule::BadCharacter { found: '"', at: 1 }),
@@ -146,7 +149,10 @@ fn tricky_names_are_accepted_or_refused_as_the_rules_say() {
                 at: 3,
             }),
         ),
-        ("public", Some(SchemaNameRule::ReservedName)),
+        (
+            "public",
+            Some(SchemaNameRule::Reserved(ReservedSchema::Owned)),
+        ),
     ];
     for (name, expected) in cases {
         match (SchemaName::new(name), expected) {

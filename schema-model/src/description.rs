@@ -5,6 +5,7 @@
 //! (`format_type`, `pg_get_expr`, `pg_get_indexdef`, `pg_get_constraintdef`),
 //! so a comparison with the live catalog is a comparison of equal strings.
 
+use sea_query::{DynIden, PostgresQueryBuilder, QuotedBuilder};
 use serde::Serialize;
 
 use crate::table::{
@@ -228,7 +229,14 @@ const QUOTED_KEYWORDS: &[&str] = &[
     "xmltable",
 ];
 
-/// Quotes an identifier the way PostgreSQL's `quote_ident` does.
+/// An identifier the way PostgreSQL's `quote_ident` writes it (and so the
+/// way `pg_get_indexdef` and `pg_get_constraintdef` print it): bare when it
+/// is a plain lowercase word that is not one of the keywords above, quoted
+/// otherwise. Deciding *when* to quote is the server's rule, written here;
+/// the quoting itself is sea-query's PostgreSQL identifier quoting (already
+/// this crate's dependency; the same `"`-doubling as postgres-protocol's
+/// `escape_identifier`, which would pull PostgreSQL's authentication crates
+/// into this no-I/O model crate).
 ///
 /// ```
 /// use schema_model::description::pg_ident;
@@ -248,7 +256,9 @@ pub fn pg_ident(name: &str) -> String {
     if plain && !QUOTED_KEYWORDS.contains(&name) {
         name.to_owned()
     } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
+        let mut quoted = String::with_capacity(name.len() + 2);
+        PostgresQueryBuilder.prepare_iden(&DynIden::from(name.to_owned()), &mut quoted);
+        quoted
     }
 }
 

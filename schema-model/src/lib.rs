@@ -68,6 +68,7 @@ pub mod dead_jobs;
 pub mod description;
 pub mod jobs;
 pub mod locks;
+pub mod name;
 pub mod schedules;
 pub mod schema_name;
 pub mod streams;
@@ -76,8 +77,8 @@ pub mod table;
 pub use analytics::{
     AttemptEvent, AttemptRow, ClickHouseCheck, ClickHouseCheckRule, ClickHouseColumn,
     ClickHouseEngine, ClickHouseTable, ClickHouseTableVisitor, ClickHouseType, DatabaseName,
-    DatabaseNameError, DatabaseNameRule, PartitionKey, RowTtl, ShapeError, WebhookAttempts, shape,
-    shape_json, visit_analytics_family,
+    DatabaseNameError, DatabaseNameRule, PartitionKey, ReservedDatabase, RowTtl, ShapeError,
+    WebhookAttempts, shape, shape_json, visit_analytics_family,
 };
 pub use consumed_events::{ConsumedEvent, ConsumedEvents};
 pub use dead_jobs::{DeadJob, DeadJobs};
@@ -86,8 +87,9 @@ pub use description::{
 };
 pub use jobs::{Job, Jobs, QueueOpts};
 pub use locks::{Lock, Locks};
+pub use name::{NameDialect, NameError, NameRule};
 pub use schedules::{Schedule, ScheduleOpts, Schedules};
-pub use schema_name::{SchemaName, SchemaNameError, SchemaNameRule};
+pub use schema_name::{ReservedSchema, SchemaName, SchemaNameError, SchemaNameRule};
 pub use streams::{ConsumerOffset, StreamEvent, StreamEvents, StreamOffsets};
 pub use table::{
     CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,

@@ -1,7 +1,11 @@
-//! The validated name of the engine-owned PostgreSQL schema.
+//! The validated name of the engine-owned PostgreSQL schema: the shared
+//! name syntax ([`crate::name`]) plus the schemas PostgreSQL reserves.
 
-/// The longest identifier PostgreSQL stores without truncation (`NAMEDATALEN - 1`).
-pub const MAX_SCHEMA_NAME_BYTES: usize = 63;
+use std::fmt;
+
+use crate::name::{NameDialect, NameError, NameRule};
+
+pub use crate::name::MAX_NAME_BYTES as MAX_SCHEMA_NAME_BYTES;
 
 /// The schema name used when none is configured.
 pub const DEFAULT_SCHEMA_NAME: &str = "alkstore";
@@ -25,169 +29,63 @@ pub const DEFAULT_SCHEMA_NAME: &str = "alkstore";
 ///     "schema name \"alkStore\" is refused: it contains 'S' at byte 3; \
 ///      only lowercase ASCII letters, digits and '_' are allowed"
 /// );
+/// assert_eq!(
+///     SchemaName::new("pg_alk").unwrap_err().to_string(),
+///     "schema name \"pg_alk\" is refused: it starts with \"pg_\", which PostgreSQL \
+///      reserves for system schemas"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SchemaName(String);
 
-/// Which naming rule a refused schema name broke.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SchemaNameRule {
-    /// The name is empty.
-    Empty,
-    /// The name is longer than 63 bytes; PostgreSQL would truncate it silently.
-    TooLong {
-        /// The name's length in bytes.
-        bytes: usize,
-    },
-    /// The first character is not a lowercase letter or `_`.
-    BadFirstCharacter {
-        /// The offending character.
-        found: char,
-    },
-    /// A character other than a lowercase ASCII letter, a digit or `_`.
-    BadCharacter {
-        /// The offending character.
-        found: char,
-        /// Its byte offset in the name.
-        at: usize,
-    },
+crate::name::validated_name!(SchemaName, ReservedSchema);
+
+/// Why PostgreSQL's dialect reserves a schema name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservedSchema {
     /// The name starts with `pg_`, which PostgreSQL reserves for system schemas.
-    ReservedPrefix,
-    /// The name is a schema PostgreSQL or its consumers already own.
-    ReservedName,
+    PgPrefix,
+    /// The name is a schema PostgreSQL or its consumers already own
+    /// (`public`, `information_schema`).
+    Owned,
 }
+
+impl fmt::Display for ReservedSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PgPrefix => {
+                "it starts with \"pg_\", which PostgreSQL reserves for system schemas"
+            }
+            Self::Owned => {
+                "it is a schema PostgreSQL or its consumers already own; the engine needs a \
+                 schema of its own"
+            }
+        })
+    }
+}
+
+impl NameDialect for ReservedSchema {
+    const NOUN: &'static str = "schema name";
+    const DEFAULT: &'static str = DEFAULT_SCHEMA_NAME;
+    const LENGTH_NOTE: &'static str = " (PostgreSQL would truncate it silently)";
+    const CHARACTER_NOTE: &'static str = "";
+
+    fn reserved(name: &str) -> Option<Self> {
+        if name.starts_with("pg_") {
+            Some(Self::PgPrefix)
+        } else if matches!(name, "public" | "information_schema") {
+            Some(Self::Owned)
+        } else {
+            None
+        }
+    }
+}
+
+/// Which naming rule a refused schema name broke.
+pub type SchemaNameRule = NameRule<ReservedSchema>;
 
 /// A schema name that broke one of [`SchemaName`]'s rules.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("schema name {name:?} is refused: {}", describe_rule(.rule))]
-pub struct SchemaNameError {
-    /// The name as given.
-    pub name: String,
-    /// The first rule it broke.
-    pub rule: SchemaNameRule,
-}
-
-fn describe_rule(rule: &SchemaNameRule) -> String {
-    match rule {
-        SchemaNameRule::Empty => "it is empty; give a name such as \"alkstore\"".to_owned(),
-        SchemaNameRule::TooLong { bytes } => format!(
-            "it is {bytes} bytes long; at most {MAX_SCHEMA_NAME_BYTES} are allowed \
-             (PostgreSQL would truncate it silently)"
-        ),
-        SchemaNameRule::BadFirstCharacter { found } => {
-            format!("it starts with {found:?}; it must start with a lowercase ASCII letter or '_'")
-        }
-        SchemaNameRule::BadCharacter { found, at } => format!(
-            "it contains {found:?} at byte {at}; only lowercase ASCII letters, digits and '_' \
-             are allowed"
-        ),
-        SchemaNameRule::ReservedPrefix => {
-            "it starts with \"pg_\", which PostgreSQL reserves for system schemas".to_owned()
-        }
-        SchemaNameRule::ReservedName => {
-            "it is a schema PostgreSQL or its consumers already own; the engine needs a \
-             schema of its own"
-                .to_owned()
-        }
-    }
-}
-
-impl SchemaName {
-    /// Validates `name`, returning the first rule it breaks.
-    pub fn new(name: &str) -> Result<Self, SchemaNameError> {
-        match first_broken_rule(name) {
-            None => Ok(Self(name.to_owned())),
-            Some(rule) => Err(SchemaNameError {
-                name: name.to_owned(),
-                rule,
-            }),
-        }
-    }
-
-    /// The name, exactly as validated.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-fn first_broken_rule(name: &str) -> Option<SchemaNameRule> {
-    if let Some(rule) = identifier_syntax_rule(name) {
-        return Some(rule);
-    }
-    if name.starts_with("pg_") {
-        return Some(SchemaNameRule::ReservedPrefix);
-    }
-    if matches!(name, "public" | "information_schema") {
-        return Some(SchemaNameRule::ReservedName);
-    }
-    None
-}
-
-/// The syntax rules shared by every name the generator accepts from a user
-/// (this schema name and [`DatabaseName`](crate::DatabaseName)): not empty, at
-/// most 63 bytes, lowercase ASCII letters, digits and `_`, starting with a
-/// letter or `_`. Returns only the syntax variants of [`SchemaNameRule`]; the
-/// reserved names are each dialect's own.
-pub(crate) fn identifier_syntax_rule(name: &str) -> Option<SchemaNameRule> {
-    let Some(first) = name.chars().next() else {
-        return Some(SchemaNameRule::Empty);
-    };
-    if name.len() > MAX_SCHEMA_NAME_BYTES {
-        return Some(SchemaNameRule::TooLong { bytes: name.len() });
-    }
-    if !(first.is_ascii_lowercase() || first == '_') {
-        return Some(SchemaNameRule::BadFirstCharacter { found: first });
-    }
-    if let Some((at, found)) = name
-        .char_indices()
-        .find(|&(_, c)| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
-    {
-        return Some(SchemaNameRule::BadCharacter { found, at });
-    }
-    None
-}
-
-/// The conversions every validated name shares: `Default` (the given
-/// default), `Display`, `FromStr` (validating), `AsRef<str>` and sea-query's
-/// `Iden` (so the name qualifies tables in rendered SQL).
-macro_rules! validated_name_impls {
-    ($name:ident, $error:ident, $default:expr) => {
-        impl Default for $name {
-            fn default() -> Self {
-                Self($default.to_owned())
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl std::str::FromStr for $name {
-            type Err = $error;
-
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                Self::new(s)
-            }
-        }
-
-        impl AsRef<str> for $name {
-            fn as_ref(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl sea_query::Iden for $name {
-            fn unquoted(&self) -> &str {
-                &self.0
-            }
-        }
-    };
-}
-pub(crate) use validated_name_impls;
-
-validated_name_impls!(SchemaName, SchemaNameError, DEFAULT_SCHEMA_NAME);
+pub type SchemaNameError = NameError<ReservedSchema>;
 
 #[cfg(test)]
 mod tests {
@@ -236,13 +134,27 @@ mod tests {
                 "\u{e9}t\u{e9}",
                 SchemaNameRule::BadFirstCharacter { found: '\u{e9}' },
             ),
-            ("pg_alk", SchemaNameRule::ReservedPrefix),
-            ("public", SchemaNameRule::ReservedName),
-            ("information_schema", SchemaNameRule::ReservedName),
+            ("pg_alk", SchemaNameRule::Reserved(ReservedSchema::PgPrefix)),
+            ("public", SchemaNameRule::Reserved(ReservedSchema::Owned)),
+            (
+                "information_schema",
+                SchemaNameRule::Reserved(ReservedSchema::Owned),
+            ),
+            // Reserved and malformed: the reservation is reported.
+            ("pg_X", SchemaNameRule::Reserved(ReservedSchema::PgPrefix)),
         ];
         for (name, expected) in cases {
             assert_eq!(rule(name), Some(expected), "{name:?}");
         }
+        // PostgreSQL's reservations are case-sensitive: these break the case rule instead.
+        assert_eq!(
+            rule("PUBLIC"),
+            Some(SchemaNameRule::BadFirstCharacter { found: 'P' })
+        );
+        assert_eq!(
+            rule("Pg_alk"),
+            Some(SchemaNameRule::BadFirstCharacter { found: 'P' })
+        );
     }
 
     #[test]
@@ -260,6 +172,23 @@ mod tests {
             "{err}"
         );
         let err = SchemaName::new(&"a".repeat(64)).unwrap_err();
-        assert!(err.to_string().contains("64 bytes long"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "schema name {:?} is refused: it is 64 bytes long; at most 63 are allowed \
+                 (PostgreSQL would truncate it silently)",
+                "a".repeat(64)
+            )
+        );
+        assert_eq!(
+            SchemaName::new("").unwrap_err().to_string(),
+            "schema name \"\" is refused: it is empty; give a name such as \"alkstore\""
+        );
+        assert_eq!(
+            SchemaName::new("public").unwrap_err().to_string(),
+            "schema name \"public\" is refused: it is a schema PostgreSQL or its consumers \
+             already own; the engine needs a schema of its own"
+        );
+        assert_eq!("x".parse::<SchemaName>().unwrap().as_str(), "x");
     }
 }

@@ -342,27 +342,14 @@ pub fn runner_path() -> PathBuf {
 
 /// `unix_millis` as `YYYY-MM-DDThh:mm:ss.mmmZ`, the form the publisher sends.
 ///
-/// An independent oracle: written apart from schema-model's private
-/// `format_unix_millis`, which the library must not share with its tests.
+/// An independent oracle: jiff's printer, a different implementation from
+/// the `time` crate that schema-model's `shape` writes instants with.
 pub fn iso_utc(unix_millis: i64) -> String {
-    let (secs, millis) = (unix_millis.div_euclid(1000), unix_millis.rem_euclid(1000));
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
-    )
+    let instant = jiff::Timestamp::from_millisecond(unix_millis)
+        .unwrap_or_else(|e| panic!("{unix_millis} ms is not an instant jiff holds: {e}"));
+    jiff::fmt::temporal::DateTimePrinter::new()
+        .precision(Some(3))
+        .timestamp_to_string(&instant)
 }
 
 /// An hour ago, in unix milliseconds: a whole second plus 123 ms, so the
