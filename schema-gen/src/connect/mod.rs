@@ -37,8 +37,9 @@
 //! - `verify-ca` / `verify-full` without a root certificate file use the
 //!   system's trusted roots (libpq 15 refuses; libpq 16 wants
 //!   `sslrootcert=system`, which is accepted here too);
-//! - `sslmode=allow` behaves as `prefer` (TLS first), and `prefer` does not
-//!   retry in clear text after a failed TLS handshake or login;
+//! - `prefer` does not retry in clear text after a failed TLS handshake or
+//!   login (libpq does, so a certificate it could not verify still lets it
+//!   in unencrypted);
 //! - the keywords marked refused in `conninfo.rs` (`service`,
 //!   `sslcrl`, `requirepeer`, ...) are errors rather than ignored;
 //! - rustls checks host names against the certificate's subject alternative
@@ -667,8 +668,31 @@ impl ConnectOptions {
         target: &Target,
     ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         use tokio_postgres::config::SslMode as DriverMode;
+        match self.tls.mode {
+            // libpq never asks for TLS over a Unix-domain socket.
+            _ if matches!(target.host, Host::Socket(_)) => {
+                self.connect_with(target, DriverMode::Disable).await
+            }
+            SslMode::Disable => self.connect_with(target, DriverMode::Disable).await,
+            // libpq's allow: clear text first, TLS if the server refuses it.
+            SslMode::Allow => match self.connect_with(target, DriverMode::Disable).await {
+                Ok(client) => Ok(client),
+                Err(_) => self.connect_with(target, DriverMode::Require).await,
+            },
+            SslMode::Prefer => self.connect_with(target, DriverMode::Prefer).await,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                self.connect_with(target, DriverMode::Require).await
+            }
+        }
+    }
+
+    async fn connect_with(
+        &self,
+        target: &Target,
+        mode: tokio_postgres::config::SslMode,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        use tokio_postgres::config::SslMode as DriverMode;
         let mut config = self.base.clone();
-        let mut tls_possible = true;
         match &target.host {
             Host::Name(name) => {
                 config.host(name);
@@ -684,23 +708,15 @@ impl ConnectOptions {
                 config.host(addr.to_string());
             }
             Host::Socket(dir) => {
-                // libpq never asks for TLS over a Unix-domain socket.
                 config.host_path(dir);
-                tls_possible = false;
             }
         }
         config.port(target.port);
         if let Some((password, _)) = &target.password {
             config.password(password);
         }
-        let driver_mode = match self.tls.mode {
-            _ if !tls_possible => DriverMode::Disable,
-            SslMode::Disable => DriverMode::Disable,
-            SslMode::Allow | SslMode::Prefer => DriverMode::Prefer,
-            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => DriverMode::Require,
-        };
-        config.ssl_mode(driver_mode);
-        let client = match (&self.tls.config, driver_mode) {
+        config.ssl_mode(mode);
+        let client = match (&self.tls.config, mode) {
             (Some(tls), DriverMode::Prefer | DriverMode::Require) => {
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new((**tls).clone());
                 let (client, connection) = config.connect(connector).await?;
@@ -736,6 +752,16 @@ impl ConnectOptions {
                 hint.push_str(warning);
             }
             hint
+        } else if code.as_deref() == Some("28000") && detail.contains("no encryption") {
+            format!(
+                "; the server accepts this user only over TLS and sslmode={} let the connection \
+                 go without it: use sslmode=require or stronger",
+                self.tls.mode.as_str()
+            )
+        } else if detail.contains("server did not use channel binding") {
+            "; channel_binding=require needs SCRAM authentication over TLS: use sslmode=require \
+             or stronger, or drop channel_binding"
+                .to_owned()
         } else if detail.contains("server does not support TLS") {
             format!(
                 "; sslmode={} demands TLS and this server does not offer it: turn ssl on in \
@@ -1188,6 +1214,70 @@ mod tests {
         assert_eq!(
             options.password_sources(),
             vec![Some(&PasswordSource::Environment)]
+        );
+    }
+
+    #[test]
+    fn each_guard_on_settings_fires() {
+        let refused = |conninfo: &str, needle: &str| {
+            let err = ConnectOptions::resolve(conninfo, &env()).unwrap_err();
+            assert!(err.to_string().contains(needle), "{conninfo}: {err}");
+        };
+        refused(
+            "host=db sslnegotiation=direct",
+            "sslnegotiation=direct needs sslmode require",
+        );
+        refused(
+            "host=db client_encoding=LATIN1",
+            "always speaks UTF8, not `LATIN1`",
+        );
+        refused(
+            "host=db gssencmode=require",
+            "GSSAPI encryption is not available",
+        );
+        refused(
+            "host=a,b hostaddr=127.0.0.1",
+            "2 host names and 1 hostaddr values",
+        );
+        refused("host=@abstract", "abstract Unix-domain sockets");
+        refused("hostaddr=db.example.com", "numeric IP addresses");
+        refused(
+            "postgres://u:pa/ss@db/app",
+            "the port in the URL is not a number",
+        );
+        refused(
+            "host=db connect_timeout=soon",
+            "invalid value for `connect_timeout`: `soon`",
+        );
+        refused(
+            "host=db target_session_attrs=primary",
+            "invalid value for `target_session_attrs`",
+        );
+        refused(
+            "host=db ssl_max_protocol_version=TLSv1.1",
+            "leave no TLS version",
+        );
+        resolve(
+            "host=db client_encoding=utf8 gssencmode=prefer sslnegotiation=direct sslmode=require",
+            &env(),
+        );
+
+        let err = ConnectOptions::resolve("host=db", &Environment::new()).unwrap_err();
+        assert!(err.to_string().starts_with("no user name"), "{err}");
+    }
+
+    #[test]
+    fn a_client_certificate_without_its_key_is_an_error() {
+        let home = std::env::temp_dir().join(format!("connect-home-{}", std::process::id()));
+        std::fs::create_dir_all(home.join(".postgresql")).unwrap();
+        std::fs::write(home.join(".postgresql/postgresql.crt"), "not read").unwrap();
+        let err = ConnectOptions::resolve("host=db sslmode=require", &env().with_home(&home))
+            .unwrap_err();
+        let _ = std::fs::remove_dir_all(&home);
+        assert!(
+            err.to_string()
+                .contains("has no private key file: give sslkey"),
+            "{err}"
         );
     }
 

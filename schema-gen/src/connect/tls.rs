@@ -4,7 +4,8 @@
 //! | sslmode | TLS | what is verified |
 //! |---|---|---|
 //! | `disable` | never | - |
-//! | `allow`, `prefer` | if the server offers it | nothing, or the chain when a root certificate file is given (libpq: a root file makes every mode check the chain) |
+//! | `allow` | if the server refuses clear text | as `prefer` |
+//! | `prefer` | if the server offers it | nothing, or the chain when a root certificate file is given (libpq: a root file makes every mode check the chain) |
 //! | `require` | always | as `prefer` |
 //! | `verify-ca` | always | the chain, against `sslrootcert` or the system's roots |
 //! | `verify-full` | always | the chain and the host name |
@@ -33,7 +34,7 @@ use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 pub enum SslMode {
     /// Never TLS.
     Disable,
-    /// TLS if the server insists (treated as `prefer`: TLS when offered).
+    /// Clear text first, TLS if the server refuses clear text.
     Allow,
     /// TLS when the server offers it, else clear text (libpq's default).
     Prefer,
