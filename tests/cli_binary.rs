@@ -154,6 +154,39 @@ fn pg_variables_name_the_server_when_no_url_is_given() {
 }
 
 #[test]
+fn a_server_that_accepts_and_stays_silent_is_given_up_on_after_connect_timeout() {
+    // The kernel completes the TCP handshake for the listen backlog; nobody
+    // ever answers the startup message.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = silent
+        .local_addr()
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = std::time::Instant::now();
+    let out = schema_gen_with(
+        &[
+            "check",
+            "--database-url",
+            &format!("host=127.0.0.1 port={port} user=u"),
+        ],
+        None,
+        &[("PGCONNECT_TIMEOUT", "2")],
+    );
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = one_line_error(&out);
+    assert!(
+        stderr.contains("no answer within 2 s (connect_timeout)"),
+        "{stderr}"
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "waited {waited:?}"
+    );
+    drop(silent);
+}
+
+#[test]
 fn a_misspelt_key_is_named() {
     let out = schema_gen(
         &["check", "--database-url", "host=db sslmdoe=require"],

@@ -472,3 +472,35 @@ fn the_first_reachable_host_of_several_is_used() {
         "cannot connect to PostgreSQL at any of 2 hosts: 127.0.0.1:",
     );
 }
+
+#[test]
+fn application_name_falls_back_unless_the_string_or_pgappname_sets_it() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let name_of = |conninfo: &str, env: &Environment| -> String {
+        let mut options = ConnectOptions::resolve(conninfo, env).unwrap_or_else(|e| panic!("{e}"));
+        options.fallback_application_name("schema-gen");
+        runtime().block_on(async {
+            let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
+            client
+                .query_one("SELECT current_setting('application_name')", &[])
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .get::<_, String>(0)
+        })
+    };
+    let url = harness::database_url();
+    assert_eq!(name_of(&url, &bare_env()), "schema-gen");
+    assert_eq!(
+        name_of(&url, &bare_env().with_var("PGAPPNAME", "deploy")),
+        "deploy"
+    );
+    assert_eq!(
+        name_of(
+            &format!("{url} application_name=ci"),
+            &bare_env().with_var("PGAPPNAME", "deploy")
+        ),
+        "ci"
+    );
+}

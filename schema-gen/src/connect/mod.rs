@@ -258,6 +258,10 @@ pub struct ConnectOptions {
     random_order: bool,
     application_name_set: bool,
     connect_timeout_set: bool,
+    /// Bounds each attempt as a whole: the driver's own timeout covers the
+    /// TCP connect only, so a server that accepts and then stays silent (or a
+    /// stalled TLS handshake) would hang without it.
+    connect_timeout: Option<Duration>,
     /// No host or hostaddr anywhere: libpq's default socket is tried.
     host_defaulted: bool,
     warnings: Vec<String>,
@@ -444,9 +448,12 @@ impl ConnectOptions {
             false
         };
         let connect_timeout = s.int("connect_timeout")?;
-        if let Some(seconds) = connect_timeout.filter(|&t| t > 0) {
-            // libpq raises 1 second to 2, so rounding cannot cut it short.
-            base.connect_timeout(Duration::from_secs(seconds.max(2).unsigned_abs()));
+        // libpq raises 1 second to 2, so rounding cannot cut it short.
+        let timeout = connect_timeout
+            .filter(|&t| t > 0)
+            .map(|seconds| Duration::from_secs(seconds.max(2).unsigned_abs()));
+        if let Some(timeout) = timeout {
+            base.connect_timeout(timeout);
         }
         base.keepalives(s.one_of("keepalives", true, &[("1", true), ("0", false)])?);
         if let Some(idle) = s.int("keepalives_idle")?.filter(|&t| t > 0) {
@@ -554,6 +561,7 @@ impl ConnectOptions {
             random_order,
             application_name_set,
             connect_timeout_set: connect_timeout.is_some(),
+            connect_timeout: timeout,
             host_defaulted: s.value("host").is_none() && s.value("hostaddr").is_none(),
             warnings,
         })
@@ -605,6 +613,7 @@ impl ConnectOptions {
     pub fn default_connect_timeout(&mut self, timeout: Duration) -> &mut Self {
         if !self.connect_timeout_set {
             self.base.connect_timeout(timeout);
+            self.connect_timeout = Some(timeout);
         }
         self
     }
@@ -624,7 +633,7 @@ impl ConnectOptions {
             let target = &self.targets[i];
             match self.connect_one(target).await {
                 Ok(client) => return Ok(client),
-                Err(err) => {
+                Err(AttemptError::Driver(err)) => {
                     failures.push(format!(
                         "{}: {}",
                         self.describe_target(target),
@@ -632,6 +641,12 @@ impl ConnectOptions {
                     ));
                     last = Some(err);
                 }
+                Err(AttemptError::TimedOut(timeout)) => failures.push(format!(
+                    "{}: no answer within {} s (connect_timeout): check that this is a \
+                     PostgreSQL server, the host, the port and the firewall",
+                    self.describe_target(target),
+                    timeout.as_secs()
+                )),
             }
         }
         let message = if failures.len() == 1 {
@@ -663,10 +678,7 @@ impl ConnectOptions {
         )
     }
 
-    async fn connect_one(
-        &self,
-        target: &Target,
-    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    async fn connect_one(&self, target: &Target) -> Result<tokio_postgres::Client, AttemptError> {
         use tokio_postgres::config::SslMode as DriverMode;
         match self.tls.mode {
             // libpq never asks for TLS over a Unix-domain socket.
@@ -687,6 +699,23 @@ impl ConnectOptions {
     }
 
     async fn connect_with(
+        &self,
+        target: &Target,
+        mode: tokio_postgres::config::SslMode,
+    ) -> Result<tokio_postgres::Client, AttemptError> {
+        match self.connect_timeout {
+            Some(timeout) => tokio::time::timeout(timeout, self.attempt(target, mode))
+                .await
+                .map_err(|_| AttemptError::TimedOut(timeout))?
+                .map_err(AttemptError::Driver),
+            None => self
+                .attempt(target, mode)
+                .await
+                .map_err(AttemptError::Driver),
+        }
+    }
+
+    async fn attempt(
         &self,
         target: &Target,
         mode: tokio_postgres::config::SslMode,
@@ -784,6 +813,15 @@ impl ConnectOptions {
         };
         format!("{detail}{hint}")
     }
+}
+
+/// Why one connection attempt failed.
+#[derive(Debug)]
+enum AttemptError {
+    /// The driver's or the server's error.
+    Driver(tokio_postgres::Error),
+    /// The attempt as a whole took longer than `connect_timeout`.
+    TimedOut(Duration),
 }
 
 /// The rustls error somewhere in `err`'s causes (tokio-rustls wraps it in an
