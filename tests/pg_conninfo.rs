@@ -141,6 +141,13 @@ fn connection_rules_agree_with_psql() {
         ),
         0o600,
     );
+    let services = format!(
+        "# a section the tests do not use\n[other]\nhost=nowhere.invalid\n\n[tls]\nhost=localhost\n\
+         port={port}\nuser={ADMIN}\ndbname=postgres\nsslmode=verify-full\nsslrootcert={ca}\n"
+    );
+    write(&with_pgpass.join(".pg_service.conf"), &services, 0o644);
+    let named_services = server.scratch_dir().join("conninfo-services.conf");
+    write(&named_services, &services, 0o644);
     let open_pgpass = home("open-pgpass");
     write(
         &open_pgpass.join(".pgpass"),
@@ -435,6 +442,40 @@ fn connection_rules_agree_with_psql() {
             format!(
                 "host=localhost port={port} user={PLAIN_USER} dbname=postgres sslmode=disable channel_binding=require"
             ),
+            vec![],
+            &with_pgpass,
+        ),
+        case(
+            "service=tls from ~/.pg_service.conf",
+            "service=tls".to_owned(),
+            vec![],
+            &with_pgpass,
+        ),
+        case(
+            "PGSERVICE + PGSERVICEFILE",
+            String::new(),
+            vec![
+                ("PGSERVICE", "tls".to_owned()),
+                ("PGSERVICEFILE", named_services.display().to_string()),
+                ("PGPASSWORD", ADMIN_PASSWORD.to_owned()),
+            ],
+            &empty,
+        ),
+        case(
+            "service wins over PGPORT",
+            "service=tls".to_owned(),
+            vec![("PGPORT", "1".to_owned())],
+            &with_pgpass,
+        ),
+        case(
+            "string wins over service",
+            format!("service=tls user={PLAIN_USER}"),
+            vec![],
+            &with_pgpass,
+        ),
+        case(
+            "unknown service",
+            "service=nosuch".to_owned(),
             vec![],
             &with_pgpass,
         ),

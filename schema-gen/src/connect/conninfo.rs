@@ -47,14 +47,7 @@ const fn kw(name: &'static str, env: Option<&'static str>, support: Support) -> 
 /// Every keyword libpq 17 knows (`PQconninfoOptions`), with its environment
 /// variable.
 pub(crate) const KEYWORDS: &[Keyword] = &[
-    kw(
-        "service",
-        Some("PGSERVICE"),
-        Refused(
-            "connection service files (pg_service.conf) are not read by schema-gen: give the \
-         parameters in the connection string or in PG* variables",
-        ),
-    ),
+    kw("service", Some("PGSERVICE"), Honoured),
     kw("user", Some("PGUSER"), Honoured),
     kw("password", Some("PGPASSWORD"), Honoured),
     kw("passfile", Some("PGPASSFILE"), Honoured),

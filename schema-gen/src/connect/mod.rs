@@ -1,7 +1,8 @@
 //! Connecting the way libpq (and so psql) does: the same connection strings,
 //! the same `PG*` environment variables and password file, the same
-//! precedence (what the connection string says wins over the environment,
-//! which wins over the defaults), and TLS with libpq's `sslmode` meanings
+//! precedence (what the connection string says wins over the service file's
+//! section, which wins over the environment, which wins over the defaults),
+//! and TLS with libpq's `sslmode` meanings
 //! over rustls.
 //!
 //! ```no_run
@@ -25,8 +26,9 @@
 //! `PgConnectOptions` reads the environment and pgpass but parses URLs only,
 //! hides the password and root certificate behind private fields, and would
 //! bring sqlx's runtime into an engine that uses tokio-postgres. So the
-//! parsing ([`conninfo`]), the password file ([`pgpass`]) and the
-//! precedence below are written after libpq's `fe-connect.c`, and the tests
+//! parsing (`conninfo.rs`), the service file (`service.rs`), the password
+//! file (`pgpass.rs`) and the precedence below are written after libpq's
+//! `fe-connect.c`, and the tests
 //! in `tests/pg_conninfo.rs` run psql on the same inputs and compare.
 //!
 //! Where this differs from libpq, on purpose:
@@ -40,13 +42,14 @@
 //! - `prefer` does not retry in clear text after a failed TLS handshake or
 //!   login (libpq does, so a certificate it could not verify still lets it
 //!   in unencrypted);
-//! - the keywords marked refused in `conninfo.rs` (`service`,
-//!   `sslcrl`, `requirepeer`, ...) are errors rather than ignored;
+//! - the keywords marked refused in `conninfo.rs` (`sslcrl`,
+//!   `requirepeer`, `sslpassword`, ...) are errors rather than ignored;
 //! - rustls checks host names against the certificate's subject alternative
 //!   names only, never its common name.
 
 pub(crate) mod conninfo;
 pub(crate) mod pgpass;
+pub(crate) mod service;
 pub(crate) mod tls;
 
 use std::collections::BTreeMap;
@@ -144,6 +147,8 @@ pub enum Origin {
     ConnectionString(&'static str),
     /// An environment variable.
     Environment(&'static str),
+    /// A keyword of the connection service file's section.
+    ServiceFile(&'static str),
 }
 
 impl fmt::Display for Origin {
@@ -151,6 +156,7 @@ impl fmt::Display for Origin {
         match self {
             Self::ConnectionString(key) => write!(f, "`{key}`"),
             Self::Environment(var) => f.write_str(var),
+            Self::ServiceFile(key) => write!(f, "`{key}` of the service file"),
         }
     }
 }
@@ -191,6 +197,8 @@ pub enum PasswordSource {
     ConnectionString,
     /// `PGPASSWORD`.
     Environment,
+    /// The connection service file.
+    ServiceFile,
     /// A line of the password file.
     File {
         /// The password file.
@@ -205,6 +213,7 @@ impl fmt::Display for PasswordSource {
         match self {
             Self::ConnectionString => f.write_str("the connection string"),
             Self::Environment => f.write_str("PGPASSWORD"),
+            Self::ServiceFile => f.write_str("the connection service file"),
             Self::File { path, line } => write!(f, "line {line} of {}", path.display()),
         }
     }
@@ -381,6 +390,33 @@ impl ConnectOptions {
             }
             for pair in conninfo::parse(conninfo)? {
                 settings.insert(pair.key, (pair.value, Origin::ConnectionString(pair.key)));
+            }
+        }
+        // libpq's parseServiceInfo: the service's section fills in what the
+        // string did not set, before the environment does.
+        let service = settings
+            .get("service")
+            .map(|(v, _)| v.clone())
+            .or_else(|| env.var("PGSERVICE").map(str::to_owned))
+            .filter(|name| !name.is_empty());
+        if let Some(name) = service {
+            let (found, _file) = service::lookup(
+                &name,
+                env.var("PGSERVICEFILE"),
+                env.var("PGSYSCONFDIR"),
+                env.home.as_deref(),
+            )
+            .map_err(|message| ConfigError::Invalid {
+                origin: match settings.get("service") {
+                    Some(_) => Origin::ConnectionString("service"),
+                    None => Origin::Environment("PGSERVICE"),
+                },
+                message,
+            })?;
+            for (key, value) in found {
+                settings
+                    .entry(key)
+                    .or_insert((value, Origin::ServiceFile(key)));
             }
         }
         // libpq's conninfo_add_defaults: a keyword the string did not set
@@ -980,6 +1016,7 @@ fn passwords(
         let source = match s.origin("password") {
             Origin::Environment(_) => PasswordSource::Environment,
             Origin::ConnectionString(_) => PasswordSource::ConnectionString,
+            Origin::ServiceFile(_) => PasswordSource::ServiceFile,
         };
         for target in &mut targets {
             target.password = Some((password.to_owned(), source.clone()));
@@ -1185,15 +1222,46 @@ mod tests {
 
     #[test]
     fn refused_keywords_say_why() {
-        let err = ConnectOptions::resolve("service=prod", &env()).unwrap_err();
+        let err = ConnectOptions::resolve("host=db sslpassword=x", &env()).unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("`service` is not supported by schema-gen: connection service files"),
+                .starts_with("`sslpassword` is not supported by schema-gen: encrypted client keys"),
             "{err}"
         );
         let err = ConnectOptions::resolve("", &env().with_var("PGSSLCRL", "/crl.pem")).unwrap_err();
         assert!(
             err.to_string().starts_with("PGSSLCRL is not supported"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_service_fills_in_after_the_string_and_before_the_environment() {
+        let dir = std::env::temp_dir().join(format!("connect-service-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("services.conf");
+        std::fs::write(&file, "[prod]\nhost=svchost\nport=6432\nuser=svcuser\n").unwrap();
+        let env = env()
+            .with_var("PGSERVICEFILE", &file.display().to_string())
+            .with_var("PGPORT", "7000")
+            .with_var("PGDATABASE", "envdb");
+        let described = |conninfo: &str, env: &Environment| resolve(conninfo, env).describe();
+        assert_eq!(
+            described("service=prod", &env),
+            "svchost:6432/envdb as svcuser"
+        );
+        assert_eq!(
+            described("service=prod port=1", &env),
+            "svchost:1/envdb as svcuser"
+        );
+        assert_eq!(
+            described("", &env.clone().with_var("PGSERVICE", "prod")),
+            "svchost:6432/envdb as svcuser"
+        );
+        let err = ConnectOptions::resolve("service=staging", &env).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            err.to_string().contains("service `staging` was not found"),
             "{err}"
         );
     }
