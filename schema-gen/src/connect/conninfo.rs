@@ -192,6 +192,9 @@ pub enum ParseError {
     AtInUserInfo,
     /// Text split off a password by an unquoted space.
     SplitPassword,
+    /// Something that looks like a URL with a wrong scheme (`postgresql:/`,
+    /// `postgis://`): not quoted, since it may hold a password.
+    NotAUrl,
 }
 
 impl fmt::Display for ParseError {
@@ -226,6 +229,10 @@ impl fmt::Display for ParseError {
                 "the URL has more than one '@' before the host: a user name or password that \
                  contains '@' must write it as %40 (postgres://user:p%40ss@host/db)",
             ),
+            Self::NotAUrl => f.write_str(
+                "it looks like a URL but does not start with postgresql:// or postgres:// \
+                 (it is not shown: it may hold a password)",
+            ),
             Self::SplitPassword => f.write_str(
                 "the value of `password` contains an unquoted space: quote it (password='...') \
                  or use a URL with the space written as %20",
@@ -246,6 +253,10 @@ pub(crate) struct Pair {
 /// Parses a connection string: a `postgresql://` / `postgres://` URI, or
 /// libpq's `key=value` form. Later pairs override earlier ones, as in libpq.
 pub(crate) fn parse(text: &str) -> Result<Vec<Pair>, ParseError> {
+    let is_url = text.starts_with("postgresql://") || text.starts_with("postgres://");
+    if looks_like_a_url(text) && !is_url {
+        return Err(ParseError::NotAUrl);
+    }
     if let Some(rest) = text
         .strip_prefix("postgresql://")
         .or_else(|| text.strip_prefix("postgres://"))
@@ -254,6 +265,14 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Pair>, ParseError> {
     } else {
         parse_key_values(text)
     }
+}
+
+/// Whether the first word of `text` holds `://`, `:/` or `@`, which no
+/// keyword does: a URL, maybe with a password, whatever its scheme.
+fn looks_like_a_url(text: &str) -> bool {
+    let first = text.split_whitespace().next().unwrap_or("");
+    let first = first.split('=').next().unwrap_or("");
+    first.contains(":/") || first.contains('@')
 }
 
 /// Whether libpq would read `text` as a connection string rather than as a
@@ -791,6 +810,19 @@ mod tests {
                 .to_string()
                 .contains("no '='")
         );
+    }
+
+    #[test]
+    fn a_url_with_a_wrong_scheme_is_not_shown() {
+        for text in [
+            "postgresql:/app:s3cret@db/app",
+            "postgresq://app:s3cret@db/app?sslmode=require",
+            "app:s3cret@db",
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err, ParseError::NotAUrl, "{text}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
     }
 
     #[test]

@@ -379,12 +379,12 @@ impl ConnectOptions {
         let mut settings = BTreeMap::new();
         if !conninfo.trim().is_empty() {
             if !conninfo::is_connection_string(conninfo) {
-                return Err(ParseError::MissingEquals {
-                    word: if conninfo.contains(char::is_whitespace) {
-                        "the text".to_owned()
-                    } else {
-                        conninfo.to_owned()
-                    },
+                // Not quoted: a mistyped URL may hold a password.
+                return Err(ParseError::Uri {
+                    message: "it is neither a postgresql:// (or postgres://) URL nor key=value \
+                              pairs (a bare word is not taken for a database name: write \
+                              dbname=NAME)"
+                        .to_owned(),
                 }
                 .into());
             }
@@ -1269,10 +1269,8 @@ mod tests {
     #[test]
     fn a_bare_word_is_not_taken_for_a_database_name() {
         let err = ConnectOptions::resolve("mydb", &env()).unwrap_err();
-        assert!(
-            err.to_string().contains("`mydb` is not a key=value pair"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("write dbname=NAME"), "{err}");
+        assert!(!err.to_string().contains("mydb"), "{err}");
     }
 
     #[test]
