@@ -163,16 +163,31 @@ fn a_server_that_accepts_and_stays_silent_is_given_up_on_after_connect_timeout()
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("{e}"));
     let started = std::time::Instant::now();
-    let out = schema_gen_with(
-        &[
+    let mut child = Command::new(env!("CARGO_BIN_EXE_schema-gen"))
+        .args([
             "check",
             "--database-url",
             &format!("host=127.0.0.1 port={port} user=u"),
-        ],
-        None,
-        &[("PGCONNECT_TIMEOUT", "2")],
-    );
+        ])
+        .env_clear()
+        .env("HOME", "/nonexistent-schema-gen-home")
+        .env("PGCONNECT_TIMEOUT", "2")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run schema-gen: {e}"));
+    // Bounded here too: without the guard the command would wait forever.
+    while child.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("check still waits for a silent server after 15 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let waited = started.elapsed();
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for schema-gen: {e}"));
     assert_eq!(out.status.code(), Some(2));
     let stderr = one_line_error(&out);
     assert!(

@@ -504,3 +504,33 @@ fn application_name_falls_back_unless_the_string_or_pgappname_sets_it() {
         "ci"
     );
 }
+
+#[test]
+fn the_tls_protocol_versions_follow_ssl_min_and_max_protocol_version() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let version_of = |extra: &str| -> String {
+        let conninfo = format!(
+            "host=localhost port={} user={ADMIN} dbname=postgres sslmode=require password={} {extra}",
+            tls_server().port(),
+            kv_quote(ADMIN_PASSWORD)
+        );
+        let options =
+            ConnectOptions::resolve(&conninfo, &bare_env()).unwrap_or_else(|e| panic!("{e}"));
+        runtime().block_on(async {
+            let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
+            client
+                .query_one(
+                    "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .get::<_, String>(0)
+        })
+    };
+    assert_eq!(version_of(""), "TLSv1.3");
+    assert_eq!(version_of("ssl_max_protocol_version=TLSv1.2"), "TLSv1.2");
+    assert_eq!(version_of("ssl_min_protocol_version=TLSv1.3"), "TLSv1.3");
+}

@@ -466,10 +466,8 @@ impl ConnectOptions {
         let dbname = s.value("dbname").unwrap_or(&user).to_owned();
         base.user(&user).dbname(&dbname);
 
-        let targets = targets(s)?;
-        let targets = passwords(s, env, targets, &dbname, &user)?;
-        let warnings = targets.1.into_iter().collect::<Vec<_>>();
-        let targets = targets.0;
+        let (targets, warning) = passwords(s, env, targets(s)?, &dbname, &user);
+        let warnings: Vec<String> = warning.into_iter().collect();
 
         if let Some(options) = s.value("options") {
             base.options(options);
@@ -1011,7 +1009,7 @@ fn passwords(
     mut targets: Vec<Target>,
     dbname: &str,
     user: &str,
-) -> Result<(Vec<Target>, Option<String>), ConfigError> {
+) -> (Vec<Target>, Option<String>) {
     if let Some(password) = s.value("password") {
         let source = match s.origin("password") {
             Origin::Environment(_) => PasswordSource::Environment,
@@ -1021,14 +1019,14 @@ fn passwords(
         for target in &mut targets {
             target.password = Some((password.to_owned(), source.clone()));
         }
-        return Ok((targets, None));
+        return (targets, None);
     }
     let file = match s.value("passfile") {
         Some(path) => Some(PathBuf::from(path)),
         None => pgpass::default_file(env.home.as_deref()),
     };
     let Some(file) = file else {
-        return Ok((targets, None));
+        return (targets, None);
     };
     let mut warning = None;
     for target in &mut targets {
@@ -1054,7 +1052,7 @@ fn passwords(
             pgpass::Lookup::Ignored(why) => warning = Some(why),
         }
     }
-    Ok((targets, warning))
+    (targets, warning)
 }
 
 /// The TLS settings: which roots, which client certificate, SNI, versions.
