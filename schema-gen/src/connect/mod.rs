@@ -400,7 +400,7 @@ impl ConnectOptions {
             .or_else(|| env.var("PGSERVICE").map(str::to_owned))
             .filter(|name| !name.is_empty());
         if let Some(name) = service {
-            let (found, _file) = service::lookup(
+            let found = service::lookup(
                 &name,
                 env.var("PGSERVICEFILE"),
                 env.var("PGSYSCONFDIR"),

@@ -17,14 +17,16 @@ use super::conninfo;
 /// when `PGSYSCONFDIR` is not set.
 const DEFAULT_SYSCONFDIR: &str = "/etc/postgresql-common";
 
-/// The settings of service `name`: `(keyword, value)` in file order, and the
-/// file they came from.
+/// A section's `(keyword, value)` pairs, in file order.
+type Section = Vec<(&'static str, String)>;
+
+/// The settings of service `name`, from the first file that defines it.
 pub(crate) fn lookup(
     name: &str,
     service_file: Option<&str>,
     sysconfdir: Option<&str>,
     home: Option<&Path>,
-) -> Result<(Vec<(&'static str, String)>, PathBuf), String> {
+) -> Result<Section, String> {
     let user_file = match service_file.filter(|f| !f.is_empty()) {
         Some(file) => Some(PathBuf::from(file)),
         None => home.map(|home| home.join(".pg_service.conf")),
@@ -40,7 +42,7 @@ pub(crate) fn lookup(
             continue;
         };
         if let Some(settings) = section(&text, name, &file)? {
-            return Ok((settings, file));
+            return Ok(settings);
         }
     }
     Err(format!(
@@ -50,11 +52,7 @@ pub(crate) fn lookup(
 }
 
 /// The `[name]` section of one file, if it has one.
-fn section(
-    text: &str,
-    name: &str,
-    file: &Path,
-) -> Result<Option<Vec<(&'static str, String)>>, String> {
+fn section(text: &str, name: &str, file: &Path) -> Result<Option<Section>, String> {
     let mut found = false;
     let mut settings = Vec::new();
     for (n, line) in text.lines().enumerate() {
