@@ -7,13 +7,24 @@
 use std::net::TcpListener;
 use std::process::{Command, Output};
 
-/// Runs the binary with `DATABASE_URL` set to `database_url`, or unset.
+/// Runs the binary with `DATABASE_URL` set to `database_url`, or unset, and
+/// nothing else in its environment: no `PG*` variable, and a home directory
+/// without a password file.
 fn schema_gen(args: &[&str], database_url: Option<&str>) -> Output {
+    schema_gen_with(args, database_url, &[])
+}
+
+/// [`schema_gen`] with extra environment variables.
+fn schema_gen_with(args: &[&str], database_url: Option<&str>, vars: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_schema-gen"));
-    command.args(args).env_remove("DATABASE_URL");
+    command
+        .args(args)
+        .env_clear()
+        .env("HOME", "/nonexistent-schema-gen-home");
     if let Some(url) = database_url {
         command.env("DATABASE_URL", url);
     }
+    command.envs(vars.iter().copied());
     command
         .output()
         .unwrap_or_else(|e| panic!("cannot run schema-gen: {e}"))
@@ -98,6 +109,131 @@ fn database_url_is_the_fallback_and_the_flag_wins() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = one_line_error(&out);
     assert!(stderr.contains("--database-url"), "{stderr}");
+}
+
+#[test]
+fn an_empty_database_url_is_said_to_name_no_server() {
+    for (url, said) in [
+        (Some(""), "DATABASE_URL is empty"),
+        (Some("  "), "DATABASE_URL is empty"),
+        (None, "neither --database-url nor DATABASE_URL is given"),
+    ] {
+        let out = schema_gen(&["check"], url);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = one_line_error(&out);
+        assert!(
+            stderr.starts_with(&format!("schema-gen: no server to connect to: {said}, and neither PGHOST nor PGHOSTADDR is set")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("localhost"), "{stderr}");
+    }
+}
+
+#[test]
+fn pg_variables_name_the_server_when_no_url_is_given() {
+    let port = free_port().to_string();
+    let out = schema_gen_with(
+        &["check"],
+        Some(""),
+        &[
+            ("PGHOST", "127.0.0.1"),
+            ("PGPORT", &port),
+            ("PGUSER", "from_env"),
+            ("PGDATABASE", "envdb"),
+            ("PGCONNECT_TIMEOUT", "5"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = one_line_error(&out);
+    assert!(
+        stderr.starts_with(&format!(
+            "schema-gen: cannot connect to PostgreSQL at 127.0.0.1:{port}/envdb as from_env (sslmode=prefer): "
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_server_that_accepts_and_stays_silent_is_given_up_on_after_connect_timeout() {
+    // The kernel completes the TCP handshake for the listen backlog; nobody
+    // ever answers the startup message.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = silent
+        .local_addr()
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_schema-gen"))
+        .args([
+            "check",
+            "--database-url",
+            &format!("host=127.0.0.1 port={port} user=u"),
+        ])
+        .env_clear()
+        .env("HOME", "/nonexistent-schema-gen-home")
+        .env("PGCONNECT_TIMEOUT", "2")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run schema-gen: {e}"));
+    // Bounded here too: without the guard the command would wait forever.
+    while child.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("check still waits for a silent server after 15 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let waited = started.elapsed();
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for schema-gen: {e}"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = one_line_error(&out);
+    assert!(
+        stderr.contains("no answer within 2 s (connect_timeout)"),
+        "{stderr}"
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "waited {waited:?}"
+    );
+    drop(silent);
+}
+
+#[test]
+fn a_misspelt_key_is_named() {
+    let out = schema_gen(
+        &["check", "--database-url", "host=db sslmdoe=require"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        one_line_error(&out),
+        "schema-gen: --database-url: the connection string is not valid: unknown connection \
+         parameter `sslmdoe` (did you mean `sslmode`?)\n"
+    );
+    let out = schema_gen(&["check"], Some("postgres://u@db/app?sslmode=verify_full"));
+    assert_eq!(
+        one_line_error(&out),
+        "schema-gen: DATABASE_URL: invalid value for `sslmode`: `verify_full` (expected \
+         disable, allow, prefer, require, verify-ca or verify-full)\n"
+    );
+}
+
+#[test]
+fn a_password_with_an_unencoded_at_sign_is_refused_without_showing_it() {
+    let out = schema_gen(
+        &["check"],
+        Some("postgres://app:pa@ss w0rd@db.example.com:5432/app"),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = one_line_error(&out);
+    assert!(stderr.contains("more than one '@'"), "{stderr}");
+    assert!(stderr.contains("%40"), "{stderr}");
+    for fragment in ["pa@", "ss w0rd", "w0rd"] {
+        assert!(!stderr.contains(fragment), "the password leaked: {stderr}");
+    }
 }
 
 #[test]

@@ -13,8 +13,11 @@
 
 pub mod bootstrap;
 pub mod catalog;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clickhouse;
+#[cfg(feature = "connect")]
+pub mod connect;
 pub mod describe;
 pub mod difference;
 pub mod error;

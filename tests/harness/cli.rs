@@ -4,6 +4,8 @@
 
 use std::process::ExitCode;
 
+use schema_gen::connect::Environment;
+
 /// What one run of the command line produced.
 #[derive(Debug)]
 pub struct Ran {
@@ -15,15 +17,24 @@ pub struct Ran {
     pub stderr: String,
 }
 
-/// Runs `schema-gen ARGS...` in-process.
+/// Runs `schema-gen ARGS...` in-process, in an environment without
+/// `DATABASE_URL`, `PG*` variables or a home directory (so neither the
+/// machine's `~/.pgpass` nor its `PGHOST` can change the outcome).
 ///
 /// `apply` and `check` start their own tokio runtime, so call this from a
 /// plain `#[test]`, not from inside a `#[tokio::test]`.
 pub fn run(args: &[&str]) -> Ran {
+    run_in(args, &Environment::new().with_os_user("schema_gen_tests"))
+}
+
+/// Runs `schema-gen ARGS...` in-process with `env` as its environment
+/// (`DATABASE_URL`, `PG*`, the home directory of `~/.pgpass`).
+pub fn run_in(args: &[&str], env: &Environment) -> Ran {
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    let code = schema_gen::cli::run(
+    let code = schema_gen::cli::run_in(
         std::iter::once("schema-gen").chain(args.iter().copied()),
+        env,
         &mut stdout,
         &mut stderr,
     );

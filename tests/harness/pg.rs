@@ -69,8 +69,9 @@ const INSTALL_HINT: &str = "install the PostgreSQL server package (apt-get insta
 /// The server every test in this process talks to, or why there is none.
 static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 
-/// The watchdog of the throwaway cluster, taken by the `atexit` hook.
-static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
+/// The watchdogs of the throwaway clusters (the shared one, and any started
+/// with [`start_cluster`]), taken by the `atexit` hook.
+static WATCHDOGS: Mutex<Vec<Watchdog>> = Mutex::new(Vec::new());
 
 /// How to reach the server: everything but user, password and database, which
 /// vary per call.
@@ -607,6 +608,77 @@ impl Runner {
 }
 
 fn start_local_cluster() -> Result<Server, String> {
+    let cluster = start_cluster(&ClusterSetup::default())?;
+    Ok(Server {
+        base: vec![
+            ("host", "127.0.0.1".to_owned()),
+            ("port", cluster.port.to_string()),
+        ],
+        superuser: LOCAL_SUPERUSER.to_owned(),
+        superuser_password: None,
+        dbname: "postgres".to_owned(),
+        bindir: Some(cluster.bindir),
+    })
+}
+
+/// How [`start_cluster`] sets up a throwaway cluster beyond the defaults
+/// (trust authentication on 127.0.0.1, durability off).
+#[derive(Default)]
+pub struct ClusterSetup {
+    /// Lines appended to `postgresql.conf` (e.g. `ssl = on`).
+    pub settings: String,
+    /// The whole `pg_hba.conf`, replacing initdb's; `None` keeps it.
+    pub hba: Option<String>,
+    /// Files to write into the data directory before the server starts
+    /// (so `postgresql.conf` can name them relative to it), owned by the
+    /// cluster's OS user with mode 0600 (certificates, keys):
+    /// `(file name, contents)`.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// A throwaway cluster started by [`start_cluster`]; stopped and removed when
+/// the test process exits, like the shared one.
+pub struct LocalCluster {
+    /// The TCP port on 127.0.0.1.
+    pub port: u16,
+    /// The cluster's directory: its Unix-domain socket lives here (when the
+    /// path is short enough), next to the data directory.
+    pub dir: PathBuf,
+    /// Whether the socket is in [`LocalCluster::dir`].
+    pub has_socket: bool,
+    /// The directory of the server binaries (and psql).
+    pub bindir: PathBuf,
+}
+
+impl LocalCluster {
+    /// A `psql` command that connects over the cluster's socket as the
+    /// superuser (`local all all trust` must be in the hba), with
+    /// `-X -q -v ON_ERROR_STOP=1`.
+    pub fn psql_over_socket(&self) -> Command {
+        let mut cmd = Command::new(self.bindir.join("psql"));
+        cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(&self.dir)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                LOCAL_SUPERUSER,
+                "-d",
+                "postgres",
+            ])
+            .env_clear();
+        cmd
+    }
+}
+
+/// Starts another throwaway cluster from the installed binaries, set up as
+/// `setup` says (the shared cluster of [`connect`] is this with the default
+/// setup). Each call starts a new cluster.
+///
+/// # Errors
+///
+/// A message naming the set-up step that failed, with the command's output.
+pub fn start_cluster(setup: &ClusterSetup) -> Result<LocalCluster, String> {
     let bindir = find_bindir("initdb")?;
     for tool in ["pg_ctl", "postgres"] {
         if !bindir.join(tool).is_file() {
@@ -659,7 +731,19 @@ fn start_local_cluster() -> Result<Server, String> {
         &format!("initdb of the throwaway test cluster failed{root_hint}"),
     )?;
 
-    write_settings(&data, &dir)?;
+    let has_socket = write_settings(&data, &dir)?;
+    append_settings(&data, &setup.settings)?;
+    if let Some(hba) = &setup.hba {
+        write_cluster_file(
+            &data.join("pg_hba.conf"),
+            hba.as_bytes(),
+            as_postgres,
+            0o600,
+        )?;
+    }
+    for (name, contents) in &setup.files {
+        write_cluster_file(&data.join(name), contents, as_postgres, 0o600)?;
+    }
 
     let log = dir.join("postgres.log");
     let mut attempt = 0;
@@ -697,12 +781,11 @@ fn start_local_cluster() -> Result<Server, String> {
         }
     };
 
-    Ok(Server {
-        base: vec![("host", "127.0.0.1".to_owned()), ("port", port.to_string())],
-        superuser: LOCAL_SUPERUSER.to_owned(),
-        superuser_password: None,
-        dbname: "postgres".to_owned(),
-        bindir: Some(bindir),
+    Ok(LocalCluster {
+        port,
+        dir,
+        has_socket,
+        bindir,
     })
 }
 
@@ -789,7 +872,8 @@ fn make_temp_dir(as_postgres: bool) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-fn write_settings(data: &Path, dir: &Path) -> Result<(), String> {
+/// Writes the harness's settings; returns whether the socket lives in `dir`.
+fn write_settings(data: &Path, dir: &Path) -> Result<bool, String> {
     // The socket path has a ~107-byte limit; TCP is what the tests use anyway.
     let socket_dir = if dir.as_os_str().len() + "/.s.PGSQL.65535".len() < 100 {
         dir.to_string_lossy().replace('\'', "''")
@@ -805,13 +889,41 @@ fn write_settings(data: &Path, dir: &Path) -> Result<(), String> {
          synchronous_commit = off\n\
          full_page_writes = off\n"
     );
+    let has_socket = !socket_dir.is_empty();
+    append_settings(data, &settings)?;
+    Ok(has_socket)
+}
+
+fn append_settings(data: &Path, settings: &str) -> Result<(), String> {
     let path = data.join("postgresql.conf");
     // Appending keeps the file's owner (the `postgres` OS user when root).
     std::fs::OpenOptions::new()
         .append(true)
         .open(&path)
-        .and_then(|mut f| f.write_all(settings.as_bytes()))
+        .and_then(|mut f| f.write_all(format!("\n{settings}\n").as_bytes()))
         .map_err(|e| format!("writing the test settings to {}: {e}", path.display()))
+}
+
+/// Writes a file the server reads, owned by the cluster's OS user.
+fn write_cluster_file(
+    path: &Path,
+    contents: &[u8],
+    as_postgres: bool,
+    mode: u32,
+) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, contents)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    if as_postgres {
+        run(
+            Command::new("chown")
+                .arg(format!("{CLUSTER_OS_USER}:"))
+                .arg(path),
+            "handing a cluster file to the `postgres` OS user with chown",
+        )?;
+    }
+    Ok(())
 }
 
 fn free_port() -> Result<u16, String> {
@@ -854,7 +966,10 @@ rm -rf "$1"
         .spawn()
         .map_err(|e| format!("starting the cluster watchdog (sh): {e}"))?;
     let stdin = child.stdin.take().expect("stdin was piped");
-    *WATCHDOG.lock().unwrap_or_else(|p| p.into_inner()) = Some(Watchdog { child, stdin });
+    WATCHDOGS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Watchdog { child, stdin });
     register_exit_hook();
     Ok(())
 }
@@ -874,15 +989,23 @@ fn register_exit_hook() {
     });
 }
 
-/// Runs at a normal process exit: closes the watchdog's pipe and waits for it,
-/// so the cluster is stopped and its directory gone before the process ends.
+/// Runs at a normal process exit: closes the watchdogs' pipes and waits for
+/// them, so the clusters are stopped and their directories gone before the
+/// process ends.
 extern "C" fn stop_cluster_at_exit() {
     // `try_lock`: never block the exit on a thread that died holding the lock.
-    if let Ok(mut guard) = WATCHDOG.try_lock()
-        && let Some(Watchdog { mut child, stdin }) = guard.take()
-    {
-        drop(stdin);
-        let _ = child.wait();
+    if let Ok(mut guard) = WATCHDOGS.try_lock() {
+        let watchdogs: Vec<Watchdog> = guard.drain(..).collect();
+        let children: Vec<Child> = watchdogs
+            .into_iter()
+            .map(|Watchdog { child, stdin }| {
+                drop(stdin);
+                child
+            })
+            .collect();
+        for mut child in children {
+            let _ = child.wait();
+        }
     }
 }
 

@@ -1,29 +1,45 @@
 //! `schema-gen apply` and `schema-gen check`: the commands that connect to a
-//! PostgreSQL server.
+//! PostgreSQL server. Where they connect is [`super::connection`]'s
+//! business, what they print [`super::report`]'s.
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::str::FromStr as _;
-use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use schema_model::SchemaName;
 
-use super::{EXIT_DRIFT, EXIT_USAGE, schema_name};
-use crate::error::{self, Error, ErrorKind};
+use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name};
+use crate::connect::Environment;
+use crate::error::{self, ErrorKind};
 use crate::verify::{Difference, verify};
 use crate::{Outcome, bootstrap};
 
-/// Where `apply` and `check` connect, and which schema they look at.
+/// Where `apply` and `check` connect, which schema they look at, and how
+/// they report.
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
-    /// PostgreSQL connection string: `postgres://user@host:port/db` or
-    /// `host=... dbname=...`; TLS is not supported yet.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: String,
+    /// PostgreSQL connection string, as psql takes it:
+    /// `postgres://user@host:port/db?sslmode=verify-full` or `host=... dbname=...`
+    /// [env: DATABASE_URL]. May be left out when PGHOST or PGHOSTADDR name the
+    /// server; PG* variables and ~/.pgpass fill in what it leaves out.
+    #[arg(long)]
+    pub database_url: Option<String>,
     /// The engine-owned schema: lowercase letters, digits and '_', at most 63 bytes.
     #[arg(long, default_value = schema_model::schema_name::DEFAULT_SCHEMA_NAME)]
     pub schema: String,
+    /// Text for people, JSON (stable) for tools.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+}
+
+/// Output format of `apply` and `check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// One line per finding.
+    Text,
+    /// Pretty-printed JSON: differences with their kind, whether each is
+    /// documentation only, and (apply) what was done.
+    Json,
 }
 
 /// Which database command to run.
@@ -39,16 +55,13 @@ enum Report {
     Checked(Vec<Difference>),
 }
 
-/// How long `apply` / `check` wait for the server to accept a connection when
-/// the URL does not say (`connect_timeout`): an unreachable host must not
-/// hang a deploy script.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Runs `apply` or `check`. The schema name is validated, and the URL parsed,
-/// before anything touches the network.
+/// Runs `apply` or `check`. The schema name is validated, and the connection
+/// resolved (string, PG* variables, password file, certificates), before
+/// anything touches the network.
 pub(super) fn run(
     action: Action,
     args: &DatabaseArgs,
+    env: &Environment,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> ExitCode {
@@ -60,21 +73,12 @@ pub(super) fn run(
         Ok(schema) => schema,
         Err(message) => return fail(stderr, &message),
     };
-    let mut config = match tokio_postgres::Config::from_str(&args.database_url) {
-        Ok(config) => config,
-        Err(err) => {
-            // The driver's message never echoes the URL, so no password leaks.
-            return fail(
-                stderr,
-                &format!(
-                    "the database URL is not valid: {err} (give --database-url or DATABASE_URL \
-                     as postgres://user@host:port/db or host=... dbname=...)"
-                ),
-            );
-        }
+    let options = match connection::options(args.database_url.as_deref(), env) {
+        Ok(options) => options,
+        Err(message) => return fail(stderr, &message),
     };
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+    for warning in options.warnings() {
+        let _ = writeln!(stderr, "schema-gen: warning: {warning}");
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -84,35 +88,67 @@ pub(super) fn run(
         Err(err) => return fail(stderr, &format!("cannot start the async runtime: {err}")),
     };
     let result = runtime.block_on(async {
-        let mut client = connect(&config).await?;
+        let mut client = options.connect().await?;
         match action {
             Action::Apply => bootstrap(&mut client, &schema).await.map(Report::Applied),
             Action::Check => verify(&client, &schema).await.map(Report::Checked),
         }
     });
+    let json = args.format == ReportFormat::Json;
     let (text, code) = match result {
+        Ok(Report::Applied(outcome)) if json => (report::apply_json(&outcome), ExitCode::SUCCESS),
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
+        Ok(Report::Checked(differences)) if json => (
+            report::check_json(&schema, &differences),
+            if differences.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_DRIFT)
+            },
+        ),
         Ok(Report::Checked(differences)) if differences.is_empty() => (
             format!("schema {schema} matches the model\n"),
             ExitCode::SUCCESS,
         ),
         Ok(Report::Checked(differences)) => (
-            differences_report(&schema, &differences, "differs from the model"),
+            report::differences_text(&schema, &differences, "differs from the model"),
             ExitCode::from(EXIT_DRIFT),
         ),
         Err(err) => {
             if let ErrorKind::Drift { differences, .. } = err.kind() {
-                let report = differences_report(
-                    &schema,
-                    differences,
-                    "differs from the model; apply refused and changed nothing",
-                );
-                let _ = write!(stderr, "schema-gen: {report}");
-                return ExitCode::from(EXIT_DRIFT);
+                return refused(&schema, differences, json, stdout, stderr);
             }
             return fail(stderr, &err.to_string());
         }
     };
+    write_out(stdout, stderr, &text, code)
+}
+
+/// A refused `apply`: the differences on stderr (text), or the JSON report
+/// on stdout, and the drift exit code.
+fn refused(
+    schema: &SchemaName,
+    differences: &[Difference],
+    json: bool,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> ExitCode {
+    const VERDICT: &str = "differs from the model; apply refused and changed nothing";
+    if json {
+        let text = report::refused_json(schema, differences, &format!("schema {schema} {VERDICT}"));
+        return write_out(stdout, stderr, &text, ExitCode::from(EXIT_DRIFT));
+    }
+    let text = report::differences_text(schema, differences, VERDICT);
+    let _ = write!(stderr, "schema-gen: {text}");
+    ExitCode::from(EXIT_DRIFT)
+}
+
+fn write_out(
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    text: &str,
+    code: ExitCode,
+) -> ExitCode {
     match stdout.write_all(text.as_bytes()) {
         Ok(()) => code,
         Err(err) => {
@@ -120,75 +156,4 @@ pub(super) fn run(
             ExitCode::FAILURE
         }
     }
-}
-
-/// `schema x <verdict> in N ways:` and one difference per line, comments
-/// marked as documentation only.
-fn differences_report(schema: &SchemaName, differences: &[Difference], verdict: &str) -> String {
-    let mut out = format!(
-        "schema {schema} {verdict} ({} difference{}):\n",
-        differences.len(),
-        if differences.len() == 1 { "" } else { "s" }
-    );
-    for difference in differences {
-        let note = if difference.is_comment() {
-            " (documentation only)"
-        } else {
-            ""
-        };
-        out.push_str(&format!("  {difference}{note}\n"));
-    }
-    out
-}
-
-/// Opens a connection (no TLS) and drives it on the current runtime.
-async fn connect(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client, Error> {
-    match config.connect(tokio_postgres::NoTls).await {
-        Ok((client, connection)) => {
-            // A failure shows up as an error of the next query on `client`.
-            tokio::spawn(connection);
-            Ok(client)
-        }
-        Err(err) => Err(ErrorKind::Connection {
-            message: format!(
-                "cannot connect to PostgreSQL at {}: {}; check --database-url (or DATABASE_URL) \
-                 and that the server is up",
-                describe_target(config),
-                error::detail(&err)
-            ),
-            source: Some(err),
-        }
-        .into()),
-    }
-}
-
-/// `host:port/db as user`, never the password.
-fn describe_target(config: &tokio_postgres::Config) -> String {
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|host| match host {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            tokio_postgres::config::Host::Unix(dir) => dir.display().to_string(),
-        })
-        .collect();
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    let mut target = if hosts.is_empty() {
-        "localhost".to_owned()
-    } else {
-        hosts.join(",")
-    };
-    if !ports.is_empty() {
-        target.push(':');
-        target.push_str(&ports.join(","));
-    }
-    if let Some(db) = config.get_dbname() {
-        target.push('/');
-        target.push_str(db);
-    }
-    if let Some(user) = config.get_user() {
-        target.push_str(" as ");
-        target.push_str(user);
-    }
-    target
 }

@@ -1,9 +1,12 @@
 //! The `schema-gen` command line: parsing and dispatch. `main.rs` only calls
 //! [`run`]. The offline commands (`sql`, `describe`) live in `family`, the
-//! ones that talk to a server (`apply`, `check`) in `database`.
+//! ones that talk to a server (`apply`, `check`) in `database`, which
+//! connects through `connection` and prints through `report`.
 
+mod connection;
 mod database;
 mod family;
+mod report;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,7 +14,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use schema_model::SchemaName;
 
-pub use database::DatabaseArgs;
+use crate::connect::Environment;
+
+pub use database::{DatabaseArgs, ReportFormat};
 pub use family::TargetArgs;
 
 const EXAMPLES: &str = "\
@@ -27,6 +32,9 @@ Examples:
                                               create the schema, or confirm it is current
   DATABASE_URL=postgres://app@db/app schema-gen check
                                               list every difference between the database and the model
+  schema-gen check --database-url 'postgres://app@db/app?sslmode=verify-full&sslrootcert=ca.pem'
+  PGHOST=db PGUSER=app PGDATABASE=app PGSSLMODE=require schema-gen check --format json
+                                              libpq's PG* variables and ~/.pgpass, as psql reads them
 
 Exit codes: 0 success (check: the schema matches the model), 1 drift (check: differences
 listed on stdout; apply: refused, nothing changed), 2 any error: usage, refused input,
@@ -95,11 +103,27 @@ pub const EXIT_USAGE: u8 = 2;
 /// `apply` when it refused because of drift.
 pub const EXIT_DRIFT: u8 = 1;
 
-/// Parses `args` (including the program name), runs the command, writes to
+/// Parses `args` (including the program name), runs the command against the
+/// process's environment (`DATABASE_URL`, `PG*`, `~/.pgpass`), writes to
 /// `stdout` / `stderr` and returns the process exit code. Nothing reaches
 /// `stdout` unless the command succeeds (a `check` that finds differences
 /// succeeds: it lists them on `stdout` and returns [`EXIT_DRIFT`]).
 pub fn run<I, T>(args: I, stdout: &mut dyn Write, stderr: &mut dyn Write) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    run_in(args, &Environment::from_process(), stdout, stderr)
+}
+
+/// [`run`] against `env` instead of the process's environment (tests run the
+/// command line in-process with the variables of their choice).
+pub fn run_in<I, T>(
+    args: I,
+    env: &Environment,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -137,8 +161,8 @@ where
     };
     match cli.command {
         // These talk to a server and have their own exit codes.
-        Command::Apply(args) => database::run(database::Action::Apply, &args, stdout, stderr),
-        Command::Check(args) => database::run(database::Action::Check, &args, stdout, stderr),
+        Command::Apply(args) => database::run(database::Action::Apply, &args, env, stdout, stderr),
+        Command::Check(args) => database::run(database::Action::Check, &args, env, stdout, stderr),
         Command::Sql(target) => print(family::sql(&target), stdout, stderr),
         Command::Describe { target, format } => {
             print(family::describe(&target, format), stdout, stderr)

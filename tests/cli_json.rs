@@ -1,0 +1,108 @@
+//! `check --format json` and `apply --format json` against the shared
+//! cluster: the shapes tools read, as snapshots (the unique schema name
+//! replaced by `<schema>`), and the exit codes that go with them.
+
+use std::process::ExitCode;
+
+use harness::cli::run as cli;
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
+}
+
+#[test]
+fn apply_and_check_report_in_json() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    harness::snapshots::settings().bind(json_reports);
+}
+
+fn json_reports() {
+    let raw = harness::unique_schema("cli_json");
+    let url = harness::database_url();
+    let args = |command: &'static str| -> Vec<String> {
+        [
+            command,
+            "--database-url",
+            &url,
+            "--schema",
+            &raw,
+            "--format",
+            "json",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let run = |command| {
+        let args = args(command);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let ran = cli(&args);
+        (ran.code, ran.stdout.replace(&raw, "<schema>"), ran.stderr)
+    };
+
+    let (code, stdout, stderr) = run("check");
+    assert_eq!((code, stderr.as_str()), (ExitCode::from(1), ""), "{stdout}");
+    insta::assert_snapshot!("check_json_missing_schema", stdout);
+
+    let (code, stdout, stderr) = run("apply");
+    assert_eq!((code, stderr.as_str()), (ExitCode::SUCCESS, ""), "{stdout}");
+    let created = json(&stdout);
+    assert_eq!(created["outcome"], "created");
+    assert_eq!(created["tables_created"].as_array().map(Vec::len), Some(7));
+    // The statement count follows the model; the snapshot is about the shape.
+    let statements = created["statements_run"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(statements > 7, "{stdout}");
+    let stdout = stdout
+        .replace(
+            &format!("\"statements_run\": {statements},"),
+            "\"statements_run\": \"<n>\",",
+        )
+        .replace(&format!(": {statements} statements"), ": <n> statements");
+    insta::assert_snapshot!("apply_json_created", stdout);
+
+    let (code, stdout, _) = run("apply");
+    assert_eq!(code, ExitCode::SUCCESS);
+    insta::assert_snapshot!("apply_json_already_current", stdout);
+
+    let (code, stdout, _) = run("check");
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert_eq!(
+        json(&stdout),
+        json(r#"{"schema": "<schema>", "matches": true, "differences": []}"#)
+    );
+
+    // A shape difference and a comment difference.
+    let rt = runtime();
+    let client = rt.block_on(harness::connect());
+    rt.block_on(harness::exec(
+        &client,
+        &format!(
+            "ALTER TABLE {raw}.jobs ALTER COLUMN priority TYPE bigint;
+             COMMENT ON TABLE {raw}.locks IS 'edited by hand';"
+        ),
+    ));
+    let (code, stdout, stderr) = run("check");
+    assert_eq!((code, stderr.as_str()), (ExitCode::from(1), ""), "{stdout}");
+    let checked = json(&stdout);
+    let only_docs: Vec<bool> = checked["differences"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .iter()
+        .map(|d| d["documentation_only"] == true)
+        .collect();
+    assert_eq!(only_docs, vec![false, true], "{stdout}");
+    insta::assert_snapshot!("check_json_drift", stdout);
+
+    // A refused apply reports on stdout in JSON, with the drift exit code.
+    let (code, stdout, stderr) = run("apply");
+    assert_eq!((code, stderr.as_str()), (ExitCode::from(1), ""), "{stdout}");
+    insta::assert_snapshot!("apply_json_refused", stdout);
+}
