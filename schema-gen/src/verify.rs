@@ -53,7 +53,7 @@ use schema_model::{ColumnDescription, SchemaName, TableDescription, engine_famil
 use crate::Options;
 use crate::catalog::{self, LiveCatalog, LiveColumn, LiveRelation, LiveSequence};
 pub use crate::difference::Difference;
-use crate::error::Error;
+use crate::error::{Error, one_line};
 use crate::render::{SCHEMA_DOC, TABLE_ACCESS_METHOD};
 
 /// [`verify_with`] under the default [`Options`] (a 5 s lock bound).
@@ -337,15 +337,17 @@ fn compare_table(
         out.push(Difference::ExtraTrigger {
             table: table.clone(),
             trigger: trigger.name.clone(),
-            definition: trigger.definition.clone(),
+            definition: one_line(&trigger.definition),
             disabled: trigger.enabled == "D",
         });
     }
     for rule in &live.rules {
+        // pg_get_ruledef breaks lines and ends with `;`.
+        let definition = one_line(&rule.definition);
         out.push(Difference::ExtraRule {
             table: table.clone(),
             rule: rule.name.clone(),
-            definition: rule.definition.clone(),
+            definition: definition.trim_end_matches(';').to_owned(),
         });
     }
     for policy in &live.policies {

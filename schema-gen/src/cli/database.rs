@@ -11,8 +11,8 @@ use schema_model::SchemaName;
 
 use super::{EXIT_DRIFT, EXIT_USAGE, schema_name};
 use crate::error::{self, Error, ErrorKind};
-use crate::verify::{Difference, verify};
-use crate::{Outcome, bootstrap};
+use crate::verify::{Difference, verify_with};
+use crate::{Options, Outcome, bootstrap_with};
 
 /// Where `apply` and `check` connect, and which schema they look at.
 #[derive(Debug, Args)]
@@ -24,6 +24,23 @@ pub struct DatabaseArgs {
     /// The engine-owned schema: lowercase letters, digits and '_', at most 63 bytes.
     #[arg(long, default_value = schema_model::schema_name::DEFAULT_SCHEMA_NAME)]
     pub schema: String,
+    /// How long to wait for a lock (e.g. 300ms, 5s, 1m) before giving up with
+    /// exit 2 and naming the session that holds it; check and a steady-state
+    /// apply wait only behind ACCESS EXCLUSIVE on an engine table.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_lock_timeout)]
+    pub lock_timeout: Duration,
+}
+
+/// `300ms`, `5s`, `1m 30s`, ...: jiff's friendly duration format. Zero is
+/// refused: PostgreSQL reads a zero `lock_timeout` as "wait forever".
+fn parse_lock_timeout(text: &str) -> Result<Duration, String> {
+    let duration = jiff::fmt::friendly::SpanParser::new()
+        .parse_unsigned_duration(text)
+        .map_err(|err| format!("{err} (write e.g. 300ms, 5s or 1m)"))?;
+    if duration < Duration::from_millis(1) {
+        return Err("it must be at least 1ms (0 would mean: wait forever)".to_owned());
+    }
+    Ok(duration)
 }
 
 /// Which database command to run.
@@ -83,17 +100,35 @@ pub(super) fn run(
         Ok(runtime) => runtime,
         Err(err) => return fail(stderr, &format!("cannot start the async runtime: {err}")),
     };
+    let options = Options {
+        lock_timeout: args.lock_timeout,
+    };
     let result = runtime.block_on(async {
         let mut client = connect(&config).await?;
         match action {
-            Action::Apply => bootstrap(&mut client, &schema).await.map(Report::Applied),
-            Action::Check => verify(&client, &schema).await.map(Report::Checked),
+            Action::Apply => bootstrap_with(&mut client, &schema, &options)
+                .await
+                .map(Report::Applied),
+            Action::Check => verify_with(&client, &schema, &options)
+                .await
+                .map(Report::Checked),
         }
     });
     let (text, code) = match result {
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
         Ok(Report::Checked(differences)) if differences.is_empty() => (
             format!("schema {schema} matches the model\n"),
+            ExitCode::SUCCESS,
+        ),
+        // Comments do not change what the engine reads or writes: a check
+        // that only finds stale or missing ones passes, and lists them.
+        Ok(Report::Checked(differences)) if differences.iter().all(Difference::is_comment) => (
+            differences_report(
+                &schema,
+                &differences,
+                "matches the model; comments differ (documentation only, exit status 0: \
+                 `schema-gen sql | psql` run by the owner refreshes them)",
+            ),
             ExitCode::SUCCESS,
         ),
         Ok(Report::Checked(differences)) => (
@@ -113,11 +148,12 @@ pub(super) fn run(
             return fail(stderr, &err.to_string());
         }
     };
-    match stdout.write_all(text.as_bytes()) {
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         Ok(()) => code,
         Err(err) => {
+            // Not 1: that would read as drift.
             let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }

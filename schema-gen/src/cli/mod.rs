@@ -28,9 +28,13 @@ Examples:
   DATABASE_URL=postgres://app@db/app schema-gen check
                                               list every difference between the database and the model
 
-Exit codes: 0 success (check: the schema matches the model), 1 drift (check: differences
-listed on stdout; apply: refused, nothing changed), 2 any error: usage, refused input,
-unreachable server, missing privilege.";
+  schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
+                                              the session that holds it)
+
+Exit codes: 0 success (check: the schema matches the model; comments that differ are listed
+as documentation only and do not fail it), 1 drift (check: differences listed on stdout;
+apply: refused, nothing changed), 2 any error: usage, refused input, unreachable server,
+missing privilege, a lock held past --lock-timeout, output that cannot be written.";
 
 /// Prints, describes, applies and checks alkstore's engine schema.
 #[derive(Debug, Parser)]
@@ -66,7 +70,7 @@ pub enum Command {
     /// current (what the engine does at open): one transaction, refuses on drift.
     Apply(DatabaseArgs),
     /// Compare a live PostgreSQL database with the model and print every
-    /// difference (exit 0 when it matches, 1 when it differs).
+    /// difference (exit 0 when it matches, comments aside; 1 when it differs).
     Check(DatabaseArgs),
 }
 
@@ -153,11 +157,14 @@ fn print(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     match result {
-        Ok(output) => match stdout.write_all(output.as_bytes()) {
+        Ok(output) => match stdout
+            .write_all(output.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
-                ExitCode::FAILURE
+                ExitCode::from(EXIT_USAGE)
             }
         },
         Err(message) => {
