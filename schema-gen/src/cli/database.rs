@@ -122,15 +122,9 @@ pub(super) fn run(
         ),
         // Comments do not change what the engine reads or writes: a check
         // that only finds stale or missing ones passes, and lists them.
-        Ok(Report::Checked(differences)) if differences.iter().all(Difference::is_comment) => (
-            differences_report(
-                &schema,
-                &differences,
-                "matches the model; comments differ (documentation only, exit status 0: \
-                 `schema-gen sql | psql` run by the owner refreshes them)",
-            ),
-            ExitCode::SUCCESS,
-        ),
+        Ok(Report::Checked(differences)) if differences.iter().all(Difference::is_comment) => {
+            (comments_report(&schema, &differences), ExitCode::SUCCESS)
+        }
         Ok(Report::Checked(differences)) => (
             differences_report(&schema, &differences, "differs from the model"),
             ExitCode::from(EXIT_DRIFT),
@@ -173,6 +167,24 @@ fn differences_report(schema: &SchemaName, differences: &[Difference], verdict: 
             ""
         };
         out.push_str(&format!("  {difference}{note}\n"));
+    }
+    out
+}
+
+/// `schema x matches the model; N comments differ ...:` and one per line.
+fn comments_report(schema: &SchemaName, differences: &[Difference]) -> String {
+    let one = differences.len() == 1;
+    let mut out = format!(
+        "schema {schema} matches the model; {} comment{} differ{} (documentation only, so check \
+         passes; `schema-gen sql --schema {schema} | psql -v ON_ERROR_STOP=1` run by the owner \
+         refreshes {}):\n",
+        differences.len(),
+        if one { "" } else { "s" },
+        if one { "s" } else { "" },
+        if one { "it" } else { "them" },
+    );
+    for difference in differences {
+        out.push_str(&format!("  {difference}\n"));
     }
     out
 }
