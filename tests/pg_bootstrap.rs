@@ -1043,7 +1043,10 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
         assert!(!in_transaction, "{what}");
         assert_eq!(holders.len(), 1, "{what}: {holders:?}");
         assert_eq!(holders[0].pid, holder_pid);
-        assert_eq!(holders[0].relation.as_deref(), Some(format!("{schema}.locks").as_str()));
+        assert_eq!(
+            holders[0].relation.as_deref(),
+            Some(format!("{schema}.locks").as_str())
+        );
         let text = err.to_string();
         assert_eq!(
             text,
@@ -1081,7 +1084,12 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
     exec(&holder, &format!("DROP ROLE {role}")).await;
 
     // Released: the same calls succeed on the same connection.
-    assert!(!bootstrap_with(&mut client, &schema, &short_bound()).await.unwrap().created());
+    assert!(
+        !bootstrap_with(&mut client, &schema, &short_bound())
+            .await
+            .unwrap()
+            .created()
+    );
 }
 
 #[tokio::test]
@@ -1297,8 +1305,9 @@ async fn statement_pooling_is_named_as_such_and_reads_work_through_it() {
         "{err:?}"
     );
     assert!(
-        err.to_string()
-            .contains(&format!("holds ACCESS EXCLUSIVE on {schema}.stream_offsets")),
+        err.to_string().contains(&format!(
+            "holds ACCESS EXCLUSIVE on {schema}.stream_offsets"
+        )),
         "{err}"
     );
 }

@@ -275,13 +275,21 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
             ran.stderr
         );
         assert!(
-            ran.stderr.contains(&format!("holds ACCESS EXCLUSIVE on {raw}.locks")),
+            ran.stderr
+                .contains(&format!("holds ACCESS EXCLUSIVE on {raw}.locks")),
             "{}",
             ran.stderr
         );
-        assert!(!ran.stderr.contains("bootstrap transaction"), "{}", ran.stderr);
+        assert!(
+            !ran.stderr.contains("bootstrap transaction"),
+            "{}",
+            ran.stderr
+        );
         // Not hung: the bound, a connection and a look-up, well within this.
-        assert!(took < std::time::Duration::from_secs(5), "{command}: {took:?}");
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{command}: {took:?}"
+        );
     }
     rt.block_on(holder.batch_execute("ROLLBACK")).unwrap();
     let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);
@@ -301,7 +309,10 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
     let checked = cli(&["check", "--database-url", &url, "--schema", &plain]);
     assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
-    assert_eq!(checked.stdout, format!("schema {plain} matches the model\n"));
+    assert_eq!(
+        checked.stdout,
+        format!("schema {plain} matches the model\n")
+    );
 
     // The documented DBA path: the DBA creates the schema and grants, the
     // application's role applies (creating the tables it then owns) and
@@ -324,9 +335,9 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     let applied = cli(&["apply", "--database-url", &app_url, "--schema", &dba]);
     assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
     assert!(
-        applied
-            .stdout
-            .starts_with(&format!("created 7 missing tables in existing schema {dba}")),
+        applied.stdout.starts_with(&format!(
+            "created 7 missing tables in existing schema {dba}"
+        )),
         "{}",
         applied.stdout
     );
@@ -354,7 +365,9 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     let checked = cli(&["check", "--database-url", &url, "--schema", &dba]);
     assert_eq!(checked.code, ExitCode::from(1), "{}", checked.stdout);
     assert!(
-        checked.stdout.contains("  extra column locks.note (text)\n"),
+        checked
+            .stdout
+            .contains("  extra column locks.note (text)\n"),
         "{}",
         checked.stdout
     );
@@ -370,7 +383,11 @@ fn apply_through_statement_pooling_exits_2_and_says_why() {
     let ran = cli(&["apply", "--database-url", &pooled, "--schema", &raw]);
     assert_eq!(ran.code, ExitCode::from(2), "{}", ran.stderr);
     assert_eq!(ran.stderr.lines().count(), 1, "{:?}", ran.stderr);
-    assert!(ran.stderr.contains("statement pooling mode"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("statement pooling mode"),
+        "{}",
+        ran.stderr
+    );
     assert!(!ran.stderr.contains("safe to retry"), "{}", ran.stderr);
     // Check only reads: it works through statement pooling.
     let checked = cli(&["check", "--database-url", &pooled, "--schema", &raw]);
@@ -404,7 +421,14 @@ fn a_check_whose_report_cannot_be_written_exits_2_not_1() {
     let url = harness::database_url();
     let mut stderr = Vec::new();
     let code = schema_gen::cli::run(
-        ["schema-gen", "check", "--database-url", &url, "--schema", &raw],
+        [
+            "schema-gen",
+            "check",
+            "--database-url",
+            &url,
+            "--schema",
+            &raw,
+        ],
         &mut Refusing,
         &mut stderr,
     );

@@ -265,8 +265,10 @@ async fn a_rule_that_swallows_inserts_is_reported_and_refused() {
     drift_case(
         "drift_rule",
         "CREATE RULE swallow AS ON INSERT TO {s}.consumed_events DO INSTEAD NOTHING",
-        &["extra rule swallow on consumed_events: `CREATE RULE swallow AS ON INSERT TO \
-           {s}.consumed_events DO INSTEAD NOTHING`"],
+        &[
+            "extra rule swallow on consumed_events: `CREATE RULE swallow AS ON INSERT TO \
+           {s}.consumed_events DO INSTEAD NOTHING`",
+        ],
     )
     .await;
 }

@@ -488,7 +488,9 @@ mod tests {
             .find(|p| p.statement.kind == StatementKind::Comment)
             .unwrap();
         assert_eq!(
-            statement_step(comment, &schema(), "d", &Options::default()).privilege.as_deref(),
+            statement_step(comment, &schema(), "d", &Options::default())
+                .privilege
+                .as_deref(),
             Some("ownership of table alk.locks")
         );
         assert!(

@@ -96,23 +96,34 @@ SELECT json_build_object(
                 JOIN pg_catalog.pg_namespace kn ON kn.oid = k.relnamespace
                 WHERE i.inhparent = c.oid
             ), '[]'::json),
-            'owned_by', CASE WHEN c.relkind = 'S' THEN (
+            'sequence', CASE WHEN c.relkind = 'S' THEN (
                 SELECT json_build_object(
-                    'schema', rn.nspname,
-                    'table', r.relname,
-                    'column', a.attname,
-                    'dependency', d.deptype::text)
-                FROM pg_catalog.pg_depend d
-                JOIN pg_catalog.pg_class r ON r.oid = d.refobjid
-                JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace
-                JOIN pg_catalog.pg_attribute a
-                    ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-                WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
-                  AND d.refclassid = 'pg_catalog.pg_class'::regclass
-                  AND d.deptype IN ('a', 'i')
-                LIMIT 1
+                    'type', pg_catalog.format_type(s.seqtypid, NULL),
+                    'start', s.seqstart,
+                    'increment', s.seqincrement,
+                    'min', s.seqmin,
+                    'max', s.seqmax,
+                    'cache', s.seqcache,
+                    'cycle', s.seqcycle,
+                    'persistence', c.relpersistence::text,
+                    'owner', (
+                        SELECT json_build_object(
+                            'table', r.relname,
+                            'column', a.attname,
+                            'identity', d.deptype = 'i')
+                        FROM pg_catalog.pg_depend d
+                        JOIN pg_catalog.pg_class r ON r.oid = d.refobjid
+                        JOIN pg_catalog.pg_attribute a
+                            ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                        WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                          AND d.refclassid = 'pg_catalog.pg_class'::regclass
+                          AND d.deptype IN ('a', 'i') AND r.relnamespace = c.relnamespace
+                        LIMIT 1))
+                FROM pg_catalog.pg_sequence s
+                WHERE s.seqrelid = c.oid
             ) END,
-            'columns', COALESCE((
+            -- A sequence's own columns (last_value, ...) are not a shape.
+            'columns', CASE WHEN c.relkind <> 'S' THEN COALESCE((
                 SELECT json_agg(json_build_object(
                     'name', a.attname,
                     'type', pg_catalog.format_type(a.atttypid, a.atttypmod),
@@ -122,40 +133,14 @@ SELECT json_build_object(
                     'expression', pg_catalog.pg_get_expr(d.adbin, d.adrelid),
                     'collation', CASE WHEN a.attcollation <> (
                         SELECT t.typcollation FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid
-                    ) THEN (
-                        SELECT CASE WHEN con.nspname = 'pg_catalog'
-                                    THEN format('%I', co.collname)
-                                    ELSE format('%I.%I', con.nspname, co.collname) END
-                        FROM pg_catalog.pg_collation co
-                        JOIN pg_catalog.pg_namespace con ON con.oid = co.collnamespace
-                        WHERE co.oid = a.attcollation
-                    ) END,
-                    'identity_sequence', CASE WHEN a.attidentity <> '' THEN (
-                        SELECT json_build_object(
-                            'type', pg_catalog.format_type(s.seqtypid, NULL),
-                            'start', s.seqstart,
-                            'increment', s.seqincrement,
-                            'min', s.seqmin,
-                            'max', s.seqmax,
-                            'cache', s.seqcache,
-                            'cycle', s.seqcycle,
-                            'persistence', sc.relpersistence::text)
-                        FROM pg_catalog.pg_depend dep
-                        JOIN pg_catalog.pg_sequence s ON s.seqrelid = dep.objid
-                        JOIN pg_catalog.pg_class sc ON sc.oid = s.seqrelid
-                        WHERE dep.classid = 'pg_catalog.pg_class'::regclass
-                          AND dep.refclassid = 'pg_catalog.pg_class'::regclass
-                          AND dep.refobjid = c.oid AND dep.refobjsubid = a.attnum
-                          AND dep.deptype = 'i'
-                        LIMIT 1
-                    ) END,
+                    ) THEN a.attcollation::regcollation::text END,
                     'comment', pg_catalog.col_description(c.oid, a.attnum)
                 ) ORDER BY a.attnum)
                 FROM pg_catalog.pg_attribute a
                 LEFT JOIN pg_catalog.pg_attrdef d
                     ON d.adrelid = a.attrelid AND d.adnum = a.attnum
                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-            ), '[]'::json),
+            ), '[]'::json) ELSE '[]'::json END,
             'indexes', COALESCE((
                 SELECT json_agg(json_build_object(
                     'name', i.relname,
@@ -203,8 +188,7 @@ SELECT json_build_object(
                     'permissive', po.polpermissive,
                     'roles', (
                         SELECT json_agg(CASE WHEN role_oid = 0 THEN 'public'
-                                             ELSE (SELECT rolname FROM pg_catalog.pg_roles
-                                                   WHERE oid = role_oid) END
+                                             ELSE pg_catalog.pg_get_userbyid(role_oid)::text END
                                         ORDER BY 1)
                         FROM unnest(po.polroles) role_oid),
                     'using', pg_catalog.pg_get_expr(po.polqual, po.polrelid),
@@ -314,8 +298,8 @@ pub struct LiveRelation {
     pub parents: Vec<LiveParent>,
     /// The tables that inherit from it, or its partitions, qualified.
     pub children: Vec<String>,
-    /// For a sequence: the column that owns it, if any.
-    pub owned_by: Option<LiveOwner>,
+    /// For a sequence: its options and the column that owns it.
+    pub sequence: Option<LiveSequence>,
     /// Columns in `attnum` order.
     pub columns: Vec<LiveColumn>,
     /// Indexes that do not back a constraint, by name.
@@ -339,17 +323,16 @@ pub struct LiveParent {
     pub partition_bound: Option<String>,
 }
 
-/// The column that owns a sequence (`pg_depend`).
+/// The column of a table in the same schema that owns a sequence (`pg_depend`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveOwner {
-    /// The owning table's schema.
-    pub schema: String,
     /// The owning table.
     pub table: String,
     /// The owning column.
     pub column: String,
-    /// `i` for an identity column's sequence, `a` for `OWNED BY` (serial).
-    pub dependency: String,
+    /// Whether it is the column's identity sequence (else `OWNED BY`, as
+    /// for `serial`).
+    pub identity: bool,
 }
 
 /// A column.
@@ -371,8 +354,6 @@ pub struct LiveColumn {
     pub expression: Option<String>,
     /// The column's collation when it is not its type's default (`"C"`).
     pub collation: Option<String>,
-    /// The options of an identity column's sequence.
-    pub identity_sequence: Option<LiveSequence>,
     /// `COMMENT ON COLUMN`, if any.
     pub comment: Option<String>,
 }
@@ -380,6 +361,8 @@ pub struct LiveColumn {
 /// The options of a sequence (`pg_sequence`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveSequence {
+    /// The column that owns it, if it belongs to a table of the schema.
+    pub owner: Option<LiveOwner>,
     /// `AS` type, as `format_type` reports it.
     #[serde(rename = "type")]
     pub sql_type: String,
@@ -397,6 +380,20 @@ pub struct LiveSequence {
     pub cycle: bool,
     /// `p` logged, `u` unlogged.
     pub persistence: String,
+}
+
+impl LiveCatalog {
+    /// The identity sequence of `table.column`, if the schema has it.
+    pub fn identity_sequence(&self, table: &str, column: &str) -> Option<&LiveSequence> {
+        self.relations
+            .iter()
+            .filter_map(|r| r.sequence.as_ref())
+            .find(|s| {
+                s.owner
+                    .as_ref()
+                    .is_some_and(|o| o.identity && o.table == table && o.column == column)
+            })
+    }
 }
 
 /// An index.
@@ -707,17 +704,18 @@ mod tests {
             r#"{"role":"r","database":"d","schema":{"comment":null},"relations":[
                 {"name":"t","kind":"r","persistence":"p","access_method":"heap",
                  "options":["fillfactor=70"],"row_security":false,"force_row_security":false,
-                 "comment":"c","parents":[],"children":[],"owned_by":null,
+                 "comment":"c","parents":[],"children":[],"sequence":null,
                  "columns":[{"name":"a","type":"bigint","not_null":true,"identity":"a",
                              "generated":"","expression":null,"collation":null,
-                             "identity_sequence":{"type":"bigint","start":1,"increment":1,
-                                 "min":1,"max":9223372036854775807,"cache":1,"cycle":false,
-                                 "persistence":"p"},
                              "comment":null}],
                  "indexes":[{"name":"i","definition":"CREATE INDEX i ON alk.t USING btree (a)",
                              "valid":true}],
                  "constraints":[{"name":"t_pkey","type":"p","definition":"PRIMARY KEY (a)"}],
-                 "triggers":[],"rules":[],"policies":[]}],
+                 "triggers":[],"rules":[],"policies":[]},
+                {"name":"t_a_seq","kind":"S","persistence":"p","sequence":{"type":"bigint",
+                 "start":1,"increment":1,"min":1,"max":9223372036854775807,"cache":1,
+                 "cycle":false,"persistence":"p",
+                 "owner":{"table":"t","column":"a","identity":true}}}],
                 "objects":["function alk.f(integer)"]}"#,
             &schema,
         )
@@ -725,7 +723,7 @@ mod tests {
         let t = one.relation("t").unwrap();
         assert_eq!(t.columns[0].sql_type, "bigint");
         assert_eq!(
-            t.columns[0].identity_sequence.as_ref().map(|s| s.max),
+            one.identity_sequence("t", "a").map(|s| s.max),
             Some(i64::MAX)
         );
         assert_eq!(t.indexes[0].from_using(), "USING btree (a)");

@@ -107,7 +107,10 @@ mod tests {
     fn a_zero_or_tiny_bound_is_never_no_limit() {
         assert_eq!(with(Duration::ZERO).lock_timeout_setting(), "1ms");
         assert_eq!(with(Duration::from_nanos(1)).lock_timeout_setting(), "1ms");
-        assert_eq!(with(Duration::from_micros(1500)).lock_timeout_setting(), "2ms");
+        assert_eq!(
+            with(Duration::from_micros(1500)).lock_timeout_setting(),
+            "2ms"
+        );
         assert_eq!(
             with(Duration::ZERO).effective_lock_timeout(),
             Duration::from_millis(1)
@@ -124,6 +127,9 @@ mod tests {
     #[test]
     fn whole_seconds_read_as_seconds() {
         assert_eq!(with(Duration::from_secs(90)).lock_timeout_setting(), "90s");
-        assert_eq!(with(Duration::from_secs(5)).statement_timeout_setting(), "15s");
+        assert_eq!(
+            with(Duration::from_secs(5)).statement_timeout_setting(),
+            "15s"
+        );
     }
 }

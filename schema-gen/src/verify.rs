@@ -127,12 +127,11 @@ pub fn compare(
             None => out.push(Difference::MissingTable {
                 table: table.name.clone(),
             }),
-            Some(relation) => compare_table(&mut out, relation, table, schema),
+            Some(relation) => compare_table(&mut out, live, relation, table, schema),
         }
     }
     for relation in &live.relations {
-        if !model.iter().any(|t| t.name == relation.name) && !is_identity_sequence(relation, schema)
-        {
+        if !model.iter().any(|t| t.name == relation.name) && !is_identity_sequence(relation) {
             out.push(Difference::ExtraRelation {
                 name: relation.name.clone(),
                 what: relation_what(relation),
@@ -149,12 +148,13 @@ pub fn compare(
 
 /// An identity column's own sequence: it belongs to its column, whose
 /// identity options are compared there (or whose table is reported whole).
-fn is_identity_sequence(relation: &LiveRelation, schema: &SchemaName) -> bool {
+fn is_identity_sequence(relation: &LiveRelation) -> bool {
     relation.kind == "S"
         && relation
-            .owned_by
+            .sequence
             .as_ref()
-            .is_some_and(|owner| owner.dependency == "i" && owner.schema == schema.as_str())
+            .and_then(|s| s.owner.as_ref())
+            .is_some_and(|owner| owner.identity)
 }
 
 /// `table`, `unlogged table`, `view`, ...
@@ -188,6 +188,7 @@ fn relation_word(relation: &LiveRelation) -> String {
 
 fn compare_table(
     out: &mut Vec<Difference>,
+    catalog: &LiveCatalog,
     live: &LiveRelation,
     model: &TableDescription,
     schema: &SchemaName,
@@ -249,7 +250,14 @@ fn compare_table(
             });
             continue;
         };
-        compare_column(out, table, live, found, column);
+        compare_column(
+            out,
+            table,
+            live,
+            catalog.identity_sequence(table, &column.name),
+            found,
+            column,
+        );
     }
     for found in &live.columns {
         if !model.columns.iter().any(|c| c.name == found.name) {
@@ -363,6 +371,7 @@ fn compare_column(
     out: &mut Vec<Difference>,
     table: &str,
     live_table: &LiveRelation,
+    identity_sequence: Option<&LiveSequence>,
     found: &LiveColumn,
     column: &ColumnDescription,
 ) {
@@ -400,7 +409,7 @@ fn compare_column(
         });
     }
     if column.identity.is_some()
-        && let Some(sequence) = &found.identity_sequence
+        && let Some(sequence) = identity_sequence
     {
         let expected = model_identity(&column.sql_type, &live_table.persistence);
         for (found, expected) in identity_words(sequence)
@@ -451,6 +460,7 @@ fn model_identity(sql_type: &str, table_persistence: &str) -> LiveSequence {
         _ => i64::MAX,
     };
     LiveSequence {
+        owner: None,
         sql_type: sql_type.to_owned(),
         start: 1,
         increment: 1,
@@ -553,10 +563,6 @@ pub(crate) mod tests {
                             String::new()
                         },
                         expression: c.generated.clone().or_else(|| c.default.clone()),
-                        identity_sequence: c
-                            .identity
-                            .as_ref()
-                            .map(|_| model_identity(&c.sql_type, "p")),
                         comment: Some(c.doc.clone()),
                         ..LiveColumn::default()
                     })
@@ -595,11 +601,13 @@ pub(crate) mod tests {
                     name: format!("{}_{}_seq", t.name, c.name),
                     kind: "S".into(),
                     persistence: "p".into(),
-                    owned_by: Some(LiveOwner {
-                        schema: schema.to_string(),
-                        table: t.name.clone(),
-                        column: c.name.clone(),
-                        dependency: "i".into(),
+                    sequence: Some(LiveSequence {
+                        owner: Some(LiveOwner {
+                            table: t.name.clone(),
+                            column: c.name.clone(),
+                            identity: true,
+                        }),
+                        ..model_identity(&c.sql_type, "p")
                     }),
                     ..LiveRelation::default()
                 });

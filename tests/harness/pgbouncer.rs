@@ -114,9 +114,7 @@ fn start() -> Result<Bouncer, String> {
 fn settings(upstream: &Config, port: u16, dir: &Path) -> Result<String, String> {
     let (host, server_port) = match (upstream.get_hosts().first(), upstream.get_ports().first()) {
         (Some(Host::Tcp(host)), port) => (host.clone(), port.copied().unwrap_or(5432)),
-        (Some(Host::Unix(dir)), port) => {
-            (dir.display().to_string(), port.copied().unwrap_or(5432))
-        }
+        (Some(Host::Unix(dir)), port) => (dir.display().to_string(), port.copied().unwrap_or(5432)),
         (None, port) => ("127.0.0.1".to_owned(), port.copied().unwrap_or(5432)),
     };
     let user = upstream.get_user().unwrap_or("postgres");
@@ -166,7 +164,12 @@ fn is_root() -> bool {
 
 /// Starts pgbouncer under a shell that stops it (by its pidfile) and removes
 /// `dir` once the test process is gone (its stdin pipe reaches EOF).
-fn start_watchdog(binary: &Path, config: &Path, dir: &Path, as_postgres: bool) -> Result<(), String> {
+fn start_watchdog(
+    binary: &Path,
+    config: &Path,
+    dir: &Path,
+    as_postgres: bool,
+) -> Result<(), String> {
     const SCRIPT: &str = r#"
 trap '' INT HUP
 if [ -n "$4" ]; then

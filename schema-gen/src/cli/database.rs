@@ -142,7 +142,10 @@ pub(super) fn run(
             return fail(stderr, &err.to_string());
         }
     };
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Ok(()) => code,
         Err(err) => {
             // Not 1: that would read as drift.
