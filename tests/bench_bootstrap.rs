@@ -183,6 +183,8 @@ async fn under_load(client: &mut Client, schema: &SchemaName) {
     let script = client.batch_execute(&render::script(schema)).await;
     let waited = started.elapsed();
     let _ = writer.batch_execute("ROLLBACK").await;
+    // A failed script leaves its transaction open (aborted) on `client`.
+    let _ = client.batch_execute("ROLLBACK").await;
     let script = match script {
         Ok(()) => "completed".to_owned(),
         Err(e) => format!(

@@ -930,6 +930,13 @@ async fn a_bootstrap_terminated_mid_ddl_leaves_no_partial_schema() {
     }
 }
 
+/// Awaits `call`, or panics after 10 s: a lost bound must fail a test, not hang it.
+async fn within_10s<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .unwrap_or_else(|_| panic!("still waiting after 10 s: the lock wait is not bounded"))
+}
+
 /// A short bound, so the tests that make a lock wait give up quickly.
 fn short_bound() -> Options {
     Options {
@@ -956,7 +963,7 @@ async fn the_bootstrap_lock_makes_a_creator_wait_and_the_timeout_names_its_holde
     .await;
     let mut client = harness::connect().await;
     let started = Instant::now();
-    let err = bootstrap_with(&mut client, &schema, &short_bound())
+    let err = within_10s(bootstrap_with(&mut client, &schema, &short_bound()))
         .await
         .unwrap_err();
     let waited = started.elapsed();
@@ -1025,8 +1032,9 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
     .await;
 
     let started = Instant::now();
-    let opened = bootstrap_with(&mut client, &schema, &short_bound()).await;
-    let checked = verify_with(&client, &schema, &short_bound()).await;
+    // Should the bound be lost, fail instead of hanging until the holder ends.
+    let opened = within_10s(bootstrap_with(&mut client, &schema, &short_bound())).await;
+    let checked = within_10s(verify_with(&client, &schema, &short_bound())).await;
     let both = started.elapsed();
     for (what, err) in [
         ("bootstrap", opened.unwrap_err()),
@@ -1067,7 +1075,7 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
 
     // A role that may not read others' activity still learns who and where.
     let reader = harness::connect_url(&harness::url_for_role(&role)).await;
-    let err = verify_with(&reader, &schema, &short_bound())
+    let err = within_10s(verify_with(&reader, &schema, &short_bound()))
         .await
         .unwrap_err();
     let text = err.to_string();
@@ -1296,7 +1304,7 @@ async fn statement_pooling_is_named_as_such_and_reads_work_through_it() {
         &format!("BEGIN; LOCK TABLE {schema}.stream_offsets IN ACCESS EXCLUSIVE MODE;"),
     )
     .await;
-    let err = verify_with(&pooled, &schema, &short_bound())
+    let err = within_10s(verify_with(&pooled, &schema, &short_bound()))
         .await
         .unwrap_err();
     exec(&direct, "ROLLBACK").await;

@@ -251,6 +251,16 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
         "BEGIN; LOCK TABLE {raw}.locks IN ACCESS EXCLUSIVE MODE;"
     )))
     .unwrap();
+    // Released after 10 s whatever happens: a lost bound makes the commands
+    // wait for it and then pass, which fails this test instead of hanging it.
+    let holder = std::sync::Arc::new(holder);
+    let release = {
+        let holder = std::sync::Arc::clone(&holder);
+        rt.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            let _ = holder.batch_execute("ROLLBACK").await;
+        })
+    };
     for command in ["check", "apply"] {
         let started = std::time::Instant::now();
         let ran = cli(&[
@@ -291,6 +301,7 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
             "{command}: {took:?}"
         );
     }
+    release.abort();
     rt.block_on(holder.batch_execute("ROLLBACK")).unwrap();
     let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);
     assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
