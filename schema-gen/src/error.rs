@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 
 use crate::difference::Difference;
+use crate::options::duration_words;
 
 /// Why bootstrap, verification or a database command failed.
 ///
@@ -288,16 +289,6 @@ impl fmt::Display for LockHolder {
                 write!(f, " behind session {}", behind.join(", "))
             }
         }
-    }
-}
-
-/// `300ms`, `5s`.
-pub(crate) fn duration_words(duration: Duration) -> String {
-    let ms = duration.as_millis();
-    if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
     }
 }
 

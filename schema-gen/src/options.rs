@@ -85,10 +85,15 @@ impl Options {
     }
 }
 
+/// A duration in PostgreSQL's words, to the millisecond: `5s`, `300ms`.
+pub(crate) fn duration_words(duration: Duration) -> String {
+    setting(duration.as_millis())
+}
+
 /// Whole seconds as `Ns` (so the default reads `5s`, as the script has it),
 /// anything else as `Nms`.
 fn setting(ms: u128) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
