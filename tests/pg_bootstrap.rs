@@ -1319,3 +1319,59 @@ async fn statement_pooling_is_named_as_such_and_reads_work_through_it() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_queued_behind_a_waiting_alter_names_both_sessions() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // A long write transaction (ROW EXCLUSIVE, which the read does not mind)
+    // and an ALTER TABLE queued behind it for ACCESS EXCLUSIVE: PostgreSQL
+    // queues the read behind the ALTER, so the ALTER is what it waits for.
+    let (client, schema) = bootstrapped("queued_open").await;
+    let writer = harness::connect().await;
+    let writer_pid = backend_pid(&writer).await;
+    exec(
+        &writer,
+        &format!("BEGIN; LOCK TABLE {schema}.locks IN ROW EXCLUSIVE MODE;"),
+    )
+    .await;
+    let alter = harness::connect().await;
+    let alter_pid = backend_pid(&alter).await;
+    let queued = {
+        let schema = schema.clone();
+        tokio::spawn(async move {
+            let _ = alter
+                .batch_execute(&format!(
+                    "SET lock_timeout = '10s'; ALTER TABLE {schema}.locks ADD COLUMN later int"
+                ))
+                .await;
+        })
+    };
+    let observer = harness::connect().await;
+    wait_until_blocked(&observer, alter_pid).await;
+
+    let err = within_10s(verify_with(&client, &schema, &short_bound()))
+        .await
+        .unwrap_err();
+    exec(&observer, &format!("SELECT pg_cancel_backend({alter_pid})")).await;
+    exec(&writer, "ROLLBACK").await;
+    let _ = queued.await;
+    let ErrorKind::LockTimeout { holders, .. } = err.kind() else {
+        panic!("expected a lock timeout, got {err}");
+    };
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].pid, alter_pid);
+    assert!(!holders[0].granted);
+    assert_eq!(holders[0].blocked_by.as_deref(), Some(&[writer_pid][..]));
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "is queued for ACCESS EXCLUSIVE on {schema}.locks behind session {writer_pid}; "
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("retry once the lock is released"), "{text}");
+    // The ALTER never ran: the schema is as it was.
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+}
