@@ -810,6 +810,14 @@ async fn wait_until_blocked(observer: &Client, pid: i32) {
     }
 }
 
+async fn current_role(client: &Client) -> String {
+    client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 async fn backend_pid(client: &Client) -> i32 {
     client
         .query_one("SELECT pg_backend_pid()", &[])
@@ -998,7 +1006,10 @@ async fn the_bootstrap_lock_makes_a_creator_wait_and_the_timeout_names_its_holde
         "{text}"
     );
     assert!(
-        text.contains(&format!("session {holder_pid} (role postgres")),
+        text.contains(&format!(
+            "session {holder_pid} (role {}",
+            current_role(&holder).await
+        )),
         "{text}"
     );
     assert!(
@@ -1025,6 +1036,7 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
     let holder = harness::connect().await;
     exec(&holder, "SET application_name = 'maintenance'").await;
     let holder_pid = backend_pid(&holder).await;
+    let holder_role = current_role(&holder).await;
     exec(
         &holder,
         &format!("BEGIN; LOCK TABLE {schema}.locks IN ACCESS EXCLUSIVE MODE;"),
@@ -1061,7 +1073,7 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
             format!(
                 "gave up after 300ms (lock_timeout) reading the catalog of schema {schema}: \
                  waiting for ACCESS SHARE on {schema}.locks; session {holder_pid} (role \
-                 postgres, application \"maintenance\", idle in transaction, transaction since \
+                 {holder_role}, application \"maintenance\", idle in transaction, transaction since \
                  {}, query `BEGIN; LOCK TABLE {schema}.locks IN ACCESS EXCLUSIVE MODE;`) holds \
                  ACCESS EXCLUSIVE on {schema}.locks; nothing was changed: retry once that \
                  session ends, or end it with SELECT pg_terminate_backend({holder_pid})",
@@ -1081,7 +1093,7 @@ async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound()
     let text = err.to_string();
     assert!(
         text.contains(&format!(
-            "session {holder_pid} (role postgres, application \"maintenance\", its activity is \
+            "session {holder_pid} (role {holder_role}, application \"maintenance\", its activity is \
              hidden from this role (pg_read_all_stats shows it)) holds ACCESS EXCLUSIVE on \
              {schema}.locks"
         )),

@@ -331,11 +331,16 @@ async fn identity_sequence_options_are_reported_and_refused() {
     // The issue's cases: offsets counting backwards, fences cycling 1, 2, 3, 1.
     drift_case(
         "drift_identity",
-        "ALTER TABLE {s}.stream_events ALTER COLUMN id SET INCREMENT BY -1;
+        "ALTER TABLE {s}.stream_events ALTER COLUMN id SET INCREMENT BY -1 SET MINVALUE -100
+             SET START WITH 5;
          ALTER TABLE {s}.locks ALTER COLUMN fence SET MAXVALUE 3 SET CYCLE SET CACHE 20;
+         ALTER SEQUENCE {s}.locks_fence_seq AS integer;
          ALTER SEQUENCE {s}.locks_fence_seq SET UNLOGGED;",
         &[
+            "stream_events.id: identity sequence has START WITH 5, model says START WITH 1",
             "stream_events.id: identity sequence has INCREMENT BY -1, model says INCREMENT BY 1",
+            "stream_events.id: identity sequence has MINVALUE -100, model says MINVALUE 1",
+            "locks.fence: identity sequence has AS integer, model says AS bigint",
             "locks.fence: identity sequence has MAXVALUE 3, model says MAXVALUE \
              9223372036854775807",
             "locks.fence: identity sequence has CACHE 20, model says CACHE 1",

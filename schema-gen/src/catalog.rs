@@ -16,11 +16,11 @@
 //! materialized views, foreign and partitioned tables, sequences): kind,
 //! persistence, access method, storage parameters (`reloptions`, and the
 //! TOAST table's as `toast.name=value`), row-level security, inheritance
-//! parents and children, columns (type, nullability, default, identity and
-//! its sequence's options, generation, collation), every index by its whole
-//! `pg_get_indexdef`, every constraint, non-internal triggers, rules,
-//! policies, comments; and every other object in the schema (functions,
-//! procedures, types, operators, collations, ...). Definitions come from
+//! parents and children, columns (type, nullability, default, identity,
+//! generation, collation), every index by its whole `pg_get_indexdef`, every
+//! constraint, non-internal triggers, rules, policies, comments; for a
+//! sequence its options and the column that owns it; and every other object
+//! in the schema (functions, procedures, types, operators, collations, ...). Definitions come from
 //! PostgreSQL's own deparsers (`format_type`, `pg_get_expr`,
 //! `pg_get_indexdef`, `pg_get_constraintdef`, `pg_get_triggerdef`,
 //! `pg_get_ruledef`), the same strings [`schema_model::description`] writes,

@@ -1,5 +1,5 @@
 //! [`Difference`]: one way a live schema differs from the model, worded for
-//! a DBA. It is plain data with no I/O, so both [`crate::verify`] (which
+//! a DBA. It is plain data with no I/O, so both [`crate::verify`](mod@crate::verify) (which
 //! finds differences) and [`crate::error`] (whose drift error carries them)
 //! depend on it, and neither on the other.
 
