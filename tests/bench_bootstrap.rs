@@ -183,6 +183,8 @@ async fn under_load(client: &mut Client, schema: &SchemaName) {
     let script = client.batch_execute(&render::script(schema)).await;
     let waited = started.elapsed();
     let _ = writer.batch_execute("ROLLBACK").await;
+    // A failed script leaves its transaction open (aborted) on `client`.
+    let _ = client.batch_execute("ROLLBACK").await;
     let script = match script {
         Ok(()) => "completed".to_owned(),
         Err(e) => format!(
@@ -196,7 +198,34 @@ async fn under_load(client: &mut Client, schema: &SchemaName) {
          {script} after {:.2} s (lock_timeout {}).",
         ms(steady),
         waited.as_secs_f64(),
-        render::DEFAULT_LOCK_TIMEOUT
+        schema_gen::Options::default().lock_timeout_setting()
+    );
+
+    // A VACUUM FULL or ALTER TABLE in progress: the open gives up within its
+    // bound, the time it takes to say who holds the lock included.
+    writer
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {schema}.jobs IN ACCESS EXCLUSIVE MODE;"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bound = schema_gen::Options {
+        lock_timeout: Duration::from_millis(300),
+    };
+    let started = Instant::now();
+    let blocked = schema_gen::bootstrap_with(client, schema, &bound).await;
+    let gave_up = started.elapsed();
+    let _ = writer.batch_execute("ROLLBACK").await;
+    let blocked = match blocked {
+        Err(e) if matches!(e.kind(), schema_gen::ErrorKind::LockTimeout { .. }) => {
+            "a lock timeout naming the holder".to_owned()
+        }
+        other => format!("{other:?}"),
+    };
+    println!(
+        "With ACCESS EXCLUSIVE held on jobs: steady-state bootstrap with lock_timeout 300ms \
+         returned {blocked} after {}.",
+        ms(gave_up)
     );
 }
 

@@ -264,3 +264,23 @@ fn help_documents_apply_and_check_without_showing_the_url() {
         "check --help shows the URL:\n{help}"
     );
 }
+
+#[test]
+fn output_that_cannot_be_written_exits_2_not_1() {
+    // 1 means drift; a full disk or a closed pipe is an error like any other.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap_or_else(|e| panic!("opening /dev/full: {e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_schema-gen"))
+        .arg("sql")
+        .stdout(full)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run schema-gen: {e}"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("schema-gen: cannot write output:"),
+        "{stderr}"
+    );
+}

@@ -105,4 +105,27 @@ fn json_reports() {
     let (code, stdout, stderr) = run("apply");
     assert_eq!((code, stderr.as_str()), (ExitCode::from(1), ""), "{stdout}");
     insta::assert_snapshot!("apply_json_refused", stdout);
+
+    // Only the comment left: documentation only, so the schema matches and
+    // check passes, still listing it.
+    rt.block_on(harness::exec(
+        &client,
+        &format!("ALTER TABLE {raw}.jobs ALTER COLUMN priority TYPE integer"),
+    ));
+    let (code, stdout, stderr) = run("check");
+    assert_eq!((code, stderr.as_str()), (ExitCode::SUCCESS, ""), "{stdout}");
+    let checked = json(&stdout);
+    assert_eq!(checked["matches"], true, "{stdout}");
+    let kinds: Vec<(&str, bool)> = checked["differences"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or(""),
+                d["documentation_only"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(kinds, vec![("comment", true)], "{stdout}");
 }

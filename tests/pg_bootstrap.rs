@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::{exec, queries};
-use schema_gen::catalog::CATALOG_QUERY;
+use schema_gen::catalog;
 use schema_gen::render::{self, StatementKind};
-use schema_gen::{ErrorKind, Outcome, bootstrap, verify};
+use schema_gen::{ErrorKind, Options, Outcome, bootstrap, bootstrap_with, verify, verify_with};
 use schema_model::description::pg_ident;
 use schema_model::{SchemaName, engine_family};
 use tokio_postgres::Client;
@@ -380,8 +380,14 @@ async fn steady_state_is_one_round_trip_that_only_reads_the_catalog() {
     let outcome = bootstrap(&mut client, &schema).await.unwrap();
     assert!(!outcome.created(), "{outcome}");
     assert_eq!(proxy.round_trips(), 1, "{:#?}", proxy.statements());
-    assert_eq!(proxy.statements(), [CATALOG_QUERY]);
-    let upper = CATALOG_QUERY.to_uppercase();
+    // One simple query: its bounds, then the catalog read, nothing else.
+    let batch = catalog::batch(&schema, &Options::default());
+    assert_eq!(proxy.statements(), [batch.as_str()]);
+    assert!(
+        batch.starts_with("SET LOCAL lock_timeout = '5s'; SET LOCAL statement_timeout = '15s';"),
+        "{batch}"
+    );
+    let upper = catalog::statement(&schema).to_uppercase();
     for ddl in [
         "CREATE ",
         "ALTER ",
@@ -389,9 +395,17 @@ async fn steady_state_is_one_round_trip_that_only_reads_the_catalog() {
         "LOCK ",
         "BEGIN",
         "ADVISORY",
+        "SET ",
     ] {
         assert!(!upper.contains(ddl), "the catalog read contains {ddl:?}");
     }
+    // The bounds were local to that query's implicit transaction.
+    let shown = client.simple_query("SHOW lock_timeout").await.unwrap();
+    let left = shown.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    });
+    assert_eq!(left.as_deref(), Some("0"));
 
     proxy.reset();
     assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
@@ -480,7 +494,7 @@ async fn steady_state_completes_while_every_engine_table_is_being_written() {
 
     // And the modes it takes, seen from inside a transaction.
     let tx = opener.transaction().await.unwrap();
-    assert_eq!(verify(&tx, &schema).await.unwrap(), vec![]);
+    tx.simple_query(&catalog::statement(&schema)).await.unwrap();
     let modes: HashSet<String> = tx
         .query(
             "SELECT l.mode FROM pg_locks l
@@ -796,6 +810,14 @@ async fn wait_until_blocked(observer: &Client, pid: i32) {
     }
 }
 
+async fn current_role(client: &Client) -> String {
+    client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 async fn backend_pid(client: &Client) -> i32 {
     client
         .query_one("SELECT pg_backend_pid()", &[])
@@ -916,13 +938,32 @@ async fn a_bootstrap_terminated_mid_ddl_leaves_no_partial_schema() {
     }
 }
 
+/// Awaits `call`, or panics after 10 s: a lost bound must fail a test, not hang it.
+async fn within_10s<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .unwrap_or_else(|_| panic!("still waiting after 10 s: the lock wait is not bounded"))
+}
+
+/// A short bound, so the tests that make a lock wait give up quickly.
+fn short_bound() -> Options {
+    Options {
+        lock_timeout: Duration::from_millis(300),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_timeout_says_what_it_waited_for_and_changes_nothing() {
+async fn the_bootstrap_lock_makes_a_creator_wait_and_the_timeout_names_its_holder() {
     if harness::skip_db_tests() {
         return;
     }
+    // Another session holds the bootstrap lock of this schema (another
+    // bootstrap, or the printed script, mid-way). Without the lock,
+    // bootstrap would not wait: it would create the schema and succeed, and
+    // no retry on a clash could make this test pass.
     let schema = harness::unique_schema_name("lock_wait");
     let holder = harness::connect().await;
+    let holder_pid = backend_pid(&holder).await;
     exec(
         &holder,
         &format!("BEGIN; {};", render::advisory_lock_statement(&schema)),
@@ -930,27 +971,166 @@ async fn a_lock_timeout_says_what_it_waited_for_and_changes_nothing() {
     .await;
     let mut client = harness::connect().await;
     let started = Instant::now();
-    let err = bootstrap(&mut client, &schema).await.unwrap_err();
+    let err = within_10s(bootstrap_with(&mut client, &schema, &short_bound()))
+        .await
+        .unwrap_err();
     let waited = started.elapsed();
     exec(&holder, "ROLLBACK").await;
     match err.kind() {
         ErrorKind::LockTimeout {
             waiting_for,
+            holders,
             timeout,
+            in_transaction,
             ..
         } => {
             assert!(
                 waiting_for.starts_with(&format!("the bootstrap lock of schema {schema}")),
                 "{waiting_for}"
             );
-            assert_eq!(timeout, render::DEFAULT_LOCK_TIMEOUT);
+            assert_eq!(*timeout, Duration::from_millis(300));
+            assert!(in_transaction);
+            let pids: Vec<i32> = holders.iter().map(|h| h.pid).collect();
+            assert_eq!(pids, [holder_pid], "{holders:?}");
         }
         other => panic!("expected a lock timeout, got {other:?}"),
     }
-    assert!(waited >= Duration::from_secs(4), "{waited:?}");
-    assert!(err.to_string().contains("nothing was changed"), "{err}");
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "gave up after 300ms (lock_timeout) bootstrapping schema {schema}: waiting for the \
+             bootstrap lock of schema {schema} (advisory lock {})",
+            render::advisory_lock_key(&schema)
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "session {holder_pid} (role {}",
+            current_role(&holder).await
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("the bootstrap transaction was rolled back, nothing was changed"),
+        "{text}"
+    );
+    assert_eq!(
+        harness::dump::dump_schema(&client, schema.as_str()).await,
+        format!("schema {schema}: does not exist\n")
+    );
     // The connection is usable and holds nothing: the same call now succeeds.
     assert!(bootstrap(&mut client, &schema).await.unwrap().created());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_state_open_behind_access_exclusive_gives_up_within_its_bound() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (mut client, schema) = bootstrapped("blocked_open").await;
+    let role = harness::unique_name("blocked_reader");
+    exec(&client, &format!("CREATE ROLE {role} LOGIN")).await;
+    // A VACUUM FULL or an ALTER TABLE in progress, held longer than the bound.
+    let holder = harness::connect().await;
+    exec(&holder, "SET application_name = 'maintenance'").await;
+    let holder_pid = backend_pid(&holder).await;
+    let holder_role = current_role(&holder).await;
+    exec(
+        &holder,
+        &format!("BEGIN; LOCK TABLE {schema}.locks IN ACCESS EXCLUSIVE MODE;"),
+    )
+    .await;
+
+    let started = Instant::now();
+    // Should the bound be lost, fail instead of hanging until the holder ends.
+    let opened = within_10s(bootstrap_with(&mut client, &schema, &short_bound())).await;
+    let checked = within_10s(verify_with(&client, &schema, &short_bound())).await;
+    let both = started.elapsed();
+    for (what, err) in [
+        ("bootstrap", opened.unwrap_err()),
+        ("verify", checked.unwrap_err()),
+    ] {
+        let ErrorKind::LockTimeout {
+            holders,
+            in_transaction,
+            ..
+        } = err.kind()
+        else {
+            panic!("{what}: expected a lock timeout, got {err}");
+        };
+        assert!(!in_transaction, "{what}");
+        assert_eq!(holders.len(), 1, "{what}: {holders:?}");
+        assert_eq!(holders[0].pid, holder_pid);
+        assert_eq!(
+            holders[0].relation.as_deref(),
+            Some(format!("{schema}.locks").as_str())
+        );
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            format!(
+                "gave up after 300ms (lock_timeout) reading the catalog of schema {schema}: \
+                 waiting for ACCESS SHARE on {schema}.locks; session {holder_pid} (role \
+                 {holder_role}, application \"maintenance\", idle in transaction, transaction since \
+                 {}, query `BEGIN; LOCK TABLE {schema}.locks IN ACCESS EXCLUSIVE MODE;`) holds \
+                 ACCESS EXCLUSIVE on {schema}.locks; nothing was changed: retry once that \
+                 session ends, or end it with SELECT pg_terminate_backend({holder_pid})",
+                holders[0].since.as_deref().unwrap_or("?")
+            ),
+            "{what}"
+        );
+    }
+    // Bounded, not hung: two calls of 300ms each (and their look-ups).
+    assert!(both < Duration::from_secs(5), "{both:?}");
+
+    // A role that may not read others' activity still learns who and where.
+    let reader = harness::connect_url(&harness::url_for_role(&role)).await;
+    let err = within_10s(verify_with(&reader, &schema, &short_bound()))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "session {holder_pid} (role {holder_role}, application \"maintenance\", its activity is \
+             hidden from this role (pg_read_all_stats shows it)) holds ACCESS EXCLUSIVE on \
+             {schema}.locks"
+        )),
+        "{text}"
+    );
+    exec(&holder, "ROLLBACK").await;
+    drop(reader);
+    exec(&holder, &format!("DROP ROLE {role}")).await;
+
+    // Released: the same calls succeed on the same connection.
+    assert!(
+        !bootstrap_with(&mut client, &schema, &short_bound())
+            .await
+            .unwrap()
+            .created()
+    );
+}
+
+#[tokio::test]
+async fn a_roles_own_tiny_statement_timeout_does_not_fail_the_open() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // A catalog read takes milliseconds; the role's 1 ms would cancel it,
+    // and the creating statements too, if bootstrap did not set its own.
+    let mut client = harness::connect().await;
+    exec(&client, "SET statement_timeout = '1ms'").await;
+    let err = client
+        .simple_query(&catalog::statement(&harness::unique_schema_name("tiny")))
+        .await
+        .expect_err("the catalog read must take longer than 1 ms, or this test proves nothing");
+    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
+
+    let schema = harness::unique_schema_name("tiny_timeout");
+    assert!(bootstrap(&mut client, &schema).await.unwrap().created());
+    assert!(!bootstrap(&mut client, &schema).await.unwrap().created());
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
 }
 
 #[test]
@@ -1033,4 +1213,177 @@ async fn a_clash_with_a_creator_that_skips_the_lock_is_retried_and_rechecked() {
             render::SCHEMA_DOC
         )]
     );
+}
+
+#[tokio::test]
+async fn tables_altered_as_they_are_created_are_refused_and_leave_no_schema() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // The SQL bootstrap runs and the model disagree: here because an event
+    // trigger (database-wide, hence a database of its own) alters each table
+    // as it is created. Only the verification after the statements, inside
+    // the transaction, can see it.
+    let db = harness::unique_name("tampered");
+    let url = harness::create_database(&db).await;
+    let mut client = harness::connect_url(&url).await;
+    exec(
+        &client,
+        "CREATE FUNCTION public.tamper() RETURNS event_trigger LANGUAGE plpgsql AS $$
+         DECLARE created record;
+         BEGIN
+             FOR created IN SELECT * FROM pg_event_trigger_ddl_commands()
+                            WHERE command_tag = 'CREATE TABLE' LOOP
+                 EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY',
+                                created.object_identity);
+             END LOOP;
+         END $$;
+         CREATE EVENT TRIGGER tamper ON ddl_command_end WHEN TAG IN ('CREATE TABLE')
+             EXECUTE FUNCTION public.tamper();",
+    )
+    .await;
+    let schema = harness::unique_schema_name("tampered");
+    let err = bootstrap(&mut client, &schema).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::CreatedDiffers { .. }),
+        "{err:?}"
+    );
+    let listed: Vec<String> = err.differences().iter().map(ToString::to_string).collect();
+    assert_eq!(listed.len(), model_tables().len(), "{listed:#?}");
+    assert!(
+        listed
+            .iter()
+            .zip(model_tables())
+            .all(|(line, table)| line.starts_with(&format!(
+                "{table}: row-level security is enabled, model says disabled"
+            ))),
+        "{listed:#?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("an event trigger"), "{text}");
+    assert!(text.contains("nothing was changed"), "{text}");
+    assert_eq!(
+        harness::dump::dump_schema(&client, schema.as_str()).await,
+        format!("schema {schema}: does not exist\n"),
+        "a refused bootstrap left a schema behind"
+    );
+
+    // Without the trigger the same database bootstraps cleanly.
+    exec(&client, "DROP EVENT TRIGGER tamper").await;
+    assert!(bootstrap(&mut client, &schema).await.unwrap().created());
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn statement_pooling_is_named_as_such_and_reads_work_through_it() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let statement = harness::pgbouncer::url(harness::pgbouncer::PoolMode::Statement);
+    let transaction = harness::pgbouncer::url(harness::pgbouncer::PoolMode::Transaction);
+    let schema = harness::unique_schema_name("pooled");
+
+    // Creating needs a transaction, which statement pooling refuses, the
+    // same way every time: not a lost connection that a retry could mend.
+    for attempt in 0..2 {
+        let mut pooled = harness::connect_url(&statement).await;
+        let err = bootstrap(&mut pooled, &schema).await.unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::StatementPooling { .. }),
+            "attempt {attempt}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("statement pooling mode"), "{text}");
+        assert!(!text.contains("safe to retry"), "{text}");
+        assert!(text.contains("every retry fails the same way"), "{text}");
+    }
+    let direct = harness::connect().await;
+    assert_eq!(
+        harness::dump::dump_schema(&direct, schema.as_str()).await,
+        format!("schema {schema}: does not exist\n")
+    );
+
+    // Transaction pooling creates; then reads pass even statement pooling.
+    let mut pooled = harness::connect_url(&transaction).await;
+    assert!(bootstrap(&mut pooled, &schema).await.unwrap().created());
+    let mut pooled = harness::connect_url(&statement).await;
+    assert!(!bootstrap(&mut pooled, &schema).await.unwrap().created());
+    assert_eq!(verify(&pooled, &schema).await.unwrap(), vec![]);
+
+    // A lock timeout through statement pooling is still reported as one.
+    exec(
+        &direct,
+        &format!("BEGIN; LOCK TABLE {schema}.stream_offsets IN ACCESS EXCLUSIVE MODE;"),
+    )
+    .await;
+    let err = within_10s(verify_with(&pooled, &schema, &short_bound()))
+        .await
+        .unwrap_err();
+    exec(&direct, "ROLLBACK").await;
+    assert!(
+        matches!(err.kind(), ErrorKind::LockTimeout { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&format!(
+            "holds ACCESS EXCLUSIVE on {schema}.stream_offsets"
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_queued_behind_a_waiting_alter_names_both_sessions() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // A long write transaction (ROW EXCLUSIVE, which the read does not mind)
+    // and an ALTER TABLE queued behind it for ACCESS EXCLUSIVE: PostgreSQL
+    // queues the read behind the ALTER, so the ALTER is what it waits for.
+    let (client, schema) = bootstrapped("queued_open").await;
+    let writer = harness::connect().await;
+    let writer_pid = backend_pid(&writer).await;
+    exec(
+        &writer,
+        &format!("BEGIN; LOCK TABLE {schema}.locks IN ROW EXCLUSIVE MODE;"),
+    )
+    .await;
+    let alter = harness::connect().await;
+    let alter_pid = backend_pid(&alter).await;
+    let queued = {
+        let schema = schema.clone();
+        tokio::spawn(async move {
+            let _ = alter
+                .batch_execute(&format!(
+                    "SET lock_timeout = '10s'; ALTER TABLE {schema}.locks ADD COLUMN later int"
+                ))
+                .await;
+        })
+    };
+    let observer = harness::connect().await;
+    wait_until_blocked(&observer, alter_pid).await;
+
+    let err = within_10s(verify_with(&client, &schema, &short_bound()))
+        .await
+        .unwrap_err();
+    exec(&observer, &format!("SELECT pg_cancel_backend({alter_pid})")).await;
+    exec(&writer, "ROLLBACK").await;
+    let _ = queued.await;
+    let ErrorKind::LockTimeout { holders, .. } = err.kind() else {
+        panic!("expected a lock timeout, got {err}");
+    };
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].pid, alter_pid);
+    assert!(!holders[0].granted);
+    assert_eq!(holders[0].blocked_by.as_deref(), Some(&[writer_pid][..]));
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "is queued for ACCESS EXCLUSIVE on {schema}.locks behind session {writer_pid}; "
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("retry once the lock is released"), "{text}");
+    // The ALTER never ran: the schema is as it was.
+    assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
 }

@@ -232,3 +232,220 @@ fn apply_names_the_missing_privilege_and_exits_2() {
     assert_eq!(ran.code, ExitCode::from(1), "{}", ran.stderr);
     assert!(ran.stdout.contains("missing schema alk"), "{}", ran.stdout);
 }
+
+#[test]
+fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let raw = harness::unique_schema("cli_blocked");
+    let url = harness::database_url();
+    let applied = cli(&["apply", "--database-url", &url, "--schema", &raw]);
+    assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
+
+    // A multi-threaded runtime keeps the holder's connection alive while the
+    // commands run on their own.
+    let rt = runtime();
+    let holder = rt.block_on(harness::connect());
+    rt.block_on(holder.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {raw}.locks IN ACCESS EXCLUSIVE MODE;"
+    )))
+    .unwrap();
+    // Released after 10 s whatever happens: a lost bound makes the commands
+    // wait for it and then pass, which fails this test instead of hanging it.
+    let holder = std::sync::Arc::new(holder);
+    let release = {
+        let holder = std::sync::Arc::clone(&holder);
+        rt.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            let _ = holder.batch_execute("ROLLBACK").await;
+        })
+    };
+    for command in ["check", "apply"] {
+        let started = std::time::Instant::now();
+        let ran = cli(&[
+            command,
+            "--database-url",
+            &url,
+            "--schema",
+            &raw,
+            "--lock-timeout",
+            "300ms",
+        ]);
+        let took = started.elapsed();
+        assert_eq!(ran.code, ExitCode::from(2), "{command}: {}", ran.stderr);
+        assert_eq!(ran.stdout, "", "{command}");
+        assert_eq!(ran.stderr.lines().count(), 1, "{command}: {:?}", ran.stderr);
+        assert!(
+            ran.stderr.starts_with(&format!(
+                "schema-gen: gave up after 300ms (lock_timeout) reading the catalog of schema \
+                 {raw}: waiting for ACCESS SHARE on {raw}.locks; session "
+            )),
+            "{command}: {}",
+            ran.stderr
+        );
+        assert!(
+            ran.stderr
+                .contains(&format!("holds ACCESS EXCLUSIVE on {raw}.locks")),
+            "{}",
+            ran.stderr
+        );
+        assert!(
+            !ran.stderr.contains("bootstrap transaction"),
+            "{}",
+            ran.stderr
+        );
+        // Not hung: the bound, a connection and a look-up, well within this.
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{command}: {took:?}"
+        );
+    }
+    release.abort();
+    rt.block_on(holder.batch_execute("ROLLBACK")).unwrap();
+    let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);
+    assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
+}
+
+#[test]
+fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let url = harness::database_url();
+
+    // Plain: apply, then check.
+    let plain = harness::unique_schema("cli_plain");
+    let applied = cli(&["apply", "--database-url", &url, "--schema", &plain]);
+    assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
+    let checked = cli(&["check", "--database-url", &url, "--schema", &plain]);
+    assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
+    assert_eq!(
+        checked.stdout,
+        format!("schema {plain} matches the model\n")
+    );
+
+    // The documented DBA path: the DBA creates the schema and grants, the
+    // application's role applies (creating the tables it then owns) and
+    // checks. The schema's comment is the DBA's to write: documentation only.
+    let dba = harness::unique_schema("cli_dba");
+    let app = harness::unique_name("cli_app");
+    let rt = runtime();
+    rt.block_on(async {
+        let admin = harness::connect().await;
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {app} LOGIN;
+                 CREATE SCHEMA {dba};
+                 GRANT USAGE, CREATE ON SCHEMA {dba} TO {app};"
+            ))
+            .await
+            .unwrap();
+    });
+    let app_url = harness::url_for_role(&app);
+    let applied = cli(&["apply", "--database-url", &app_url, "--schema", &dba]);
+    assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
+    assert!(
+        applied.stdout.starts_with(&format!(
+            "created 7 missing tables in existing schema {dba}"
+        )),
+        "{}",
+        applied.stdout
+    );
+    for who in [&app_url, &url] {
+        let checked = cli(&["check", "--database-url", who, "--schema", &dba]);
+        assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
+        assert_eq!(
+            checked.stdout,
+            format!(
+                "schema {dba} matches the model; 1 comment differs (documentation only, so \
+                 check passes; `schema-gen sql --schema {dba} | psql -v ON_ERROR_STOP=1` run by \
+                 the owner refreshes it):\n  comment on schema {dba}: missing, model says {:?}\n",
+                schema_gen::render::SCHEMA_DOC
+            )
+        );
+    }
+    // Drift next to a stale comment still fails the gate.
+    rt.block_on(async {
+        let admin = harness::connect().await;
+        admin
+            .batch_execute(&format!("ALTER TABLE {dba}.locks ADD COLUMN note text"))
+            .await
+            .unwrap();
+    });
+    let checked = cli(&["check", "--database-url", &url, "--schema", &dba]);
+    assert_eq!(checked.code, ExitCode::from(1), "{}", checked.stdout);
+    assert!(
+        checked
+            .stdout
+            .contains("  extra column locks.note (text)\n"),
+        "{}",
+        checked.stdout
+    );
+}
+
+#[test]
+fn apply_through_statement_pooling_exits_2_and_says_why() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let pooled = harness::pgbouncer::url(harness::pgbouncer::PoolMode::Statement);
+    let raw = harness::unique_schema("cli_pooled");
+    let ran = cli(&["apply", "--database-url", &pooled, "--schema", &raw]);
+    assert_eq!(ran.code, ExitCode::from(2), "{}", ran.stderr);
+    assert_eq!(ran.stderr.lines().count(), 1, "{:?}", ran.stderr);
+    assert!(
+        ran.stderr.contains("statement pooling mode"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!ran.stderr.contains("safe to retry"), "{}", ran.stderr);
+    // Check only reads: it works through statement pooling.
+    let checked = cli(&["check", "--database-url", &pooled, "--schema", &raw]);
+    assert_eq!(checked.code, ExitCode::from(1), "{}", checked.stderr);
+    assert_eq!(
+        checked.stdout,
+        format!("schema {raw} differs from the model (1 difference):\n  missing schema {raw}\n")
+    );
+}
+
+/// A stdout that refuses every write, as a full disk or a closed pipe does.
+struct Refusing;
+
+impl std::io::Write for Refusing {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::other("no space left on device"))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_check_whose_report_cannot_be_written_exits_2_not_1() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // The schema differs (it is missing), so a written report would exit 1:
+    // failing to write it must not look like that.
+    let raw = harness::unique_schema("cli_unwritten");
+    let url = harness::database_url();
+    let mut stderr = Vec::new();
+    let code = schema_gen::cli::run(
+        [
+            "schema-gen",
+            "check",
+            "--database-url",
+            &url,
+            "--schema",
+            &raw,
+        ],
+        &mut Refusing,
+        &mut stderr,
+    );
+    assert_eq!(code, ExitCode::from(2));
+    assert_eq!(
+        String::from_utf8_lossy(&stderr),
+        "schema-gen: cannot write output: no space left on device\n"
+    );
+}

@@ -25,6 +25,7 @@ async fn drift_case(prefix: &str, drift: &str, expected: &[&str]) {
     assert!(bootstrap(&mut client, &schema).await.unwrap().created());
     exec(&client, &drift.replace("{s}", &raw)).await;
 
+    let expected: Vec<String> = expected.iter().map(|e| e.replace("{s}", &raw)).collect();
     let differences = verify(&client, &schema).await.unwrap();
     assert_eq!(texts(&differences), expected, "verify after: {drift}");
     assert!(differences.iter().any(Difference::is_drift));
@@ -36,8 +37,8 @@ async fn drift_case(prefix: &str, drift: &str, expected: &[&str]) {
     assert!(matches!(err.kind(), ErrorKind::Drift { .. }), "{err}");
     assert_eq!(err.differences(), differences.as_slice());
     let message = err.to_string();
-    for line in expected {
-        assert!(message.contains(line), "{message} lacks {line}");
+    for line in &expected {
+        assert!(message.contains(line.as_str()), "{message} lacks {line}");
     }
     assert!(message.contains("changed nothing"), "{message}");
     assert_eq!(
@@ -253,4 +254,286 @@ async fn comment_drift_is_reported_not_refused_and_the_script_refreshes_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn a_rule_that_swallows_inserts_is_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // The issue's case: every insert into the dedup ledger became nothing.
+    drift_case(
+        "drift_rule",
+        "CREATE RULE swallow AS ON INSERT TO {s}.consumed_events DO INSTEAD NOTHING",
+        &[
+            "extra rule swallow on consumed_events: `CREATE RULE swallow AS ON INSERT TO \
+           {s}.consumed_events DO INSTEAD NOTHING`",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_trigger_and_its_function_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // The issue's case: a trigger rewrote the payload on insert.
+    drift_case(
+        "drift_trigger",
+        "CREATE FUNCTION {s}.scrub() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN NEW.payload := '\\x00'; RETURN NEW; END $$;
+         CREATE TRIGGER scrub BEFORE INSERT ON {s}.stream_events
+             FOR EACH ROW EXECUTE FUNCTION {s}.scrub();
+         CREATE TRIGGER quiet AFTER DELETE ON {s}.locks
+             FOR EACH STATEMENT EXECUTE FUNCTION {s}.scrub();
+         ALTER TABLE {s}.locks DISABLE TRIGGER quiet;",
+        &[
+            "extra trigger scrub on stream_events: `CREATE TRIGGER scrub BEFORE INSERT ON \
+             {s}.stream_events FOR EACH ROW EXECUTE FUNCTION {s}.scrub()`",
+            "extra trigger quiet on locks (disabled): `CREATE TRIGGER quiet AFTER DELETE ON \
+             {s}.locks FOR EACH STATEMENT EXECUTE FUNCTION {s}.scrub()`",
+            "extra function {s}.scrub() (not in the model)",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn row_level_security_and_policies_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    drift_case(
+        "drift_rls",
+        "ALTER TABLE {s}.locks ENABLE ROW LEVEL SECURITY;
+         ALTER TABLE {s}.stream_events ENABLE ROW LEVEL SECURITY,
+             FORCE ROW LEVEL SECURITY;
+         CREATE POLICY mine ON {s}.stream_events FOR SELECT TO public
+             USING (stream = current_user);",
+        &[
+            "stream_events: row-level security is enabled and forced, model says disabled (with \
+             it, a role sees and changes only the rows a policy allows, none without a policy)",
+            "extra policy mine on stream_events: `AS PERMISSIVE FOR SELECT TO public USING \
+             ((stream = CURRENT_USER))`",
+            "locks: row-level security is enabled, model says disabled (with it, a role sees and \
+             changes only the rows a policy allows, none without a policy)",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn identity_sequence_options_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // The issue's cases: offsets counting backwards, fences cycling 1, 2, 3, 1.
+    drift_case(
+        "drift_identity",
+        "ALTER TABLE {s}.stream_events ALTER COLUMN id SET INCREMENT BY -1 SET MINVALUE -100
+             SET START WITH 5;
+         ALTER TABLE {s}.locks ALTER COLUMN fence SET MAXVALUE 3 SET CYCLE SET CACHE 20;
+         ALTER SEQUENCE {s}.locks_fence_seq AS integer;
+         ALTER SEQUENCE {s}.locks_fence_seq SET UNLOGGED;",
+        &[
+            "stream_events.id: identity sequence has START WITH 5, model says START WITH 1",
+            "stream_events.id: identity sequence has INCREMENT BY -1, model says INCREMENT BY 1",
+            "stream_events.id: identity sequence has MINVALUE -100, model says MINVALUE 1",
+            "locks.fence: identity sequence has AS integer, model says AS bigint",
+            "locks.fence: identity sequence has MAXVALUE 3, model says MAXVALUE \
+             9223372036854775807",
+            "locks.fence: identity sequence has CACHE 20, model says CACHE 1",
+            "locks.fence: identity sequence has CYCLE, model says NO CYCLE",
+            "locks.fence: identity sequence has UNLOGGED, model says LOGGED",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn every_relation_kind_in_the_schema_is_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let wrapper = harness::unique_name("drift_fdw");
+    drift_case(
+        "drift_kinds",
+        &format!(
+            "CREATE VIEW {{s}}.lock_owners AS SELECT owner FROM {{s}}.locks;
+             CREATE MATERIALIZED VIEW {{s}}.lock_count AS SELECT count(*) FROM {{s}}.locks;
+             CREATE SEQUENCE {{s}}.spare_seq;
+             CREATE TABLE {{s}}.by_stream (stream text) PARTITION BY LIST (stream);
+             CREATE FOREIGN DATA WRAPPER {wrapper};
+             CREATE SERVER {wrapper}_server FOREIGN DATA WRAPPER {wrapper};
+             CREATE FOREIGN TABLE {{s}}.remote (x int) SERVER {wrapper}_server;
+             -- A model table replaced by a partitioned one of the same shape.
+             CREATE TABLE {{s}}.ledger (LIKE {{s}}.consumed_events INCLUDING ALL)
+                 PARTITION BY LIST (consumer);
+             DROP TABLE {{s}}.consumed_events;
+             ALTER TABLE {{s}}.ledger RENAME TO consumed_events;
+             ALTER TABLE {{s}}.consumed_events RENAME CONSTRAINT ledger_pkey
+                 TO consumed_events_pkey;
+             COMMENT ON TABLE {{s}}.consumed_events IS {};",
+            render::quote_literal(schema_model::ConsumedEvents::DOC)
+        ),
+        &[
+            "consumed_events: is a partitioned table, model says a permanent table",
+            "extra partitioned table by_stream (not in the model)",
+            "extra materialized view lock_count (not in the model)",
+            "extra view lock_owners (not in the model)",
+            "extra foreign table remote (not in the model)",
+            "extra sequence spare_seq (not in the model)",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn functions_procedures_and_types_in_the_schema_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    drift_case(
+        "drift_objects",
+        "CREATE FUNCTION {s}.now() RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+         CREATE PROCEDURE {s}.sweep(n int) LANGUAGE sql AS 'SELECT 1';
+         CREATE TYPE {s}.mood AS ENUM ('calm');
+         CREATE DOMAIN {s}.positive AS bigint CHECK (VALUE > 0);
+         CREATE TYPE {s}.span AS RANGE (subtype = bigint);",
+        &[
+            "extra function {s}.now() (not in the model)",
+            // PostgreSQL's own words (pg_describe_object) call a procedure a function.
+            "extra function {s}.sweep(integer) (not in the model)",
+            "extra type {s}.mood (not in the model)",
+            "extra type {s}.positive (not in the model)",
+            // One object, not three: its constructors and multirange are its parts.
+            "extra type {s}.span (not in the model)",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn unique_foreign_key_and_exclusion_constraints_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    drift_case(
+        "drift_constraints",
+        "ALTER TABLE {s}.locks ADD CONSTRAINT locks_owner_key UNIQUE (owner);
+         ALTER TABLE {s}.locks ADD CONSTRAINT locks_one_per_owner
+             EXCLUDE USING btree (owner WITH =);
+         ALTER TABLE {s}.stream_offsets ADD CONSTRAINT stream_offsets_event_fkey
+             FOREIGN KEY (\"offset\") REFERENCES {s}.stream_events (id);
+         ALTER TABLE {s}.locks DROP CONSTRAINT locks_pkey,
+             ADD CONSTRAINT locks_pkey PRIMARY KEY (name) INCLUDE (owner);",
+        &[
+            "extra constraint stream_offsets_event_fkey on stream_offsets: `FOREIGN KEY \
+             (\"offset\") REFERENCES {s}.stream_events(id)`",
+            "constraint locks_pkey: is `PRIMARY KEY (name) INCLUDE (owner)`, model says \
+             `PRIMARY KEY (name)`",
+            // Their indexes are theirs, not extra indexes.
+            "extra constraint locks_one_per_owner on locks: `EXCLUDE USING btree (owner WITH =)`",
+            "extra constraint locks_owner_key on locks: `UNIQUE (owner)`",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn indexes_are_compared_by_their_whole_definition() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // Same names, same key columns: only the part after them differs.
+    drift_case(
+        "drift_indexdef",
+        "DROP INDEX {s}.stream_events_stream_id_idx;
+         CREATE INDEX stream_events_stream_id_idx ON {s}.stream_events (stream COLLATE \"C\", id);
+         DROP INDEX {s}.stream_events_commit_order_idx;
+         CREATE INDEX stream_events_commit_order_idx
+             ON {s}.stream_events (stream text_pattern_ops, tx_id, id);
+         DROP INDEX {s}.locks_expiry_idx;
+         CREATE INDEX locks_expiry_idx ON {s}.locks (expires_at) INCLUDE (owner);
+         ALTER INDEX {s}.dead_jobs_purge_idx SET (fillfactor = 50);
+         DROP INDEX {s}.schedules_due_idx;
+         CREATE INDEX schedules_due_idx ON {s}.schedules (next_fire_at)
+             WHERE enabled AND next_fire_at > 0;",
+        &[
+            "index dead_jobs_purge_idx: is `USING btree (purge_at) WITH (fillfactor='50')`, \
+             model says `USING btree (purge_at)`",
+            "index stream_events_stream_id_idx: is `USING btree (stream COLLATE \"C\", id)`, \
+             model says `USING btree (stream, id)`",
+            "index stream_events_commit_order_idx: is `USING btree (stream text_pattern_ops, \
+             tx_id, id)`, model says `USING btree (stream, tx_id, id)`",
+            "index schedules_due_idx: is `USING btree (next_fire_at) WHERE (enabled AND \
+             (next_fire_at > 0))`, model says `USING btree (next_fire_at) WHERE enabled`",
+            "index locks_expiry_idx: is `USING btree (expires_at) INCLUDE (owner)`, model says \
+             `USING btree (expires_at)`",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn collation_storage_parameters_and_access_method_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let method = harness::unique_name("drift_am");
+    drift_case(
+        "drift_storage",
+        &format!(
+            "ALTER TABLE {{s}}.locks ALTER COLUMN owner TYPE text COLLATE \"C\";
+             ALTER TABLE {{s}}.stream_events SET (fillfactor = 50,
+                 toast.autovacuum_enabled = false);
+             -- heap under another name: a table access method a stock server can make.
+             CREATE ACCESS METHOD {method} TYPE TABLE HANDLER heap_tableam_handler;
+             ALTER TABLE {{s}}.stream_offsets SET ACCESS METHOD {method};"
+        ),
+        &[
+            "stream_events: storage parameters are (fillfactor=50, \
+             toast.autovacuum_enabled=false), model says none",
+            &format!("stream_offsets: table access method is {method}, model says heap"),
+            "locks.owner: collation is \"C\", model says the type's default",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn inheritance_and_partitioning_of_engine_tables_are_reported_and_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    // In a schema of their own: these are not engine objects, yet they change
+    // what the engine's statements on its tables reach.
+    let other = harness::unique_schema("drift_other");
+    drift_case(
+        "drift_inherit",
+        &format!(
+            "CREATE SCHEMA {other};
+             CREATE TABLE {other}.more_locks () INHERITS ({{s}}.locks);
+             CREATE TABLE {other}.base ();
+             ALTER TABLE {{s}}.stream_offsets INHERIT {other}.base;
+             CREATE TABLE {other}.ledgers (LIKE {{s}}.consumed_events)
+                 PARTITION BY LIST (consumer);
+             ALTER TABLE {other}.ledgers ATTACH PARTITION {{s}}.consumed_events
+                 FOR VALUES IN ('billing');"
+        ),
+        &[
+            &format!("stream_offsets: inherits from {other}.base, model says a table of its own"),
+            &format!(
+                "locks: {other}.more_locks inherits from it (or is its partition), so the \
+                 engine's reads, updates and deletes of locks reach its rows too; model says no \
+                 child"
+            ),
+            &format!(
+                "consumed_events: is a partition of {other}.ledgers FOR VALUES IN ('billing'), \
+                 model says a table of its own"
+            ),
+        ],
+    )
+    .await;
 }

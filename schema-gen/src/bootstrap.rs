@@ -1,12 +1,16 @@
 //! `bootstrap(client, schema)`: what the engine calls at open. Idempotent,
 //! safe under concurrent opens, and cheap when the schema is already there.
 //!
-//! # Steady state: one round trip, reads only
+//! # Steady state: one round trip, reads only, bounded
 //!
-//! Bootstrap first reads the live catalog ([`catalog::read`]: one statement,
-//! `pg_catalog` only) and compares it with the model. When everything is
-//! present and matches, it returns [`Outcome::AlreadyCurrent`]: no DDL, no
-//! transaction, no lock an engine workload could wait on. `CREATE ... IF NOT
+//! Bootstrap first reads the live catalog ([`catalog::read`]: one simple
+//! query, `pg_catalog` only) and compares it with the model. When everything
+//! is present and matches, it returns [`Outcome::AlreadyCurrent`]: no DDL, no
+//! explicit transaction, no lock an engine workload could wait on. The read
+//! waits at most [`Options::lock_timeout`] behind a session holding `ACCESS
+//! EXCLUSIVE` on an engine table (a `VACUUM FULL`, an `ALTER TABLE`), then
+//! fails with [`ErrorKind::LockTimeout`] naming that session: an open never
+//! hangs. `CREATE ... IF NOT
 //! EXISTS` would not do: `CREATE INDEX IF NOT EXISTS` takes a `SHARE` lock
 //! before it looks at the name, so it queues behind every open write
 //! transaction and every later writer queues behind it; and a runtime role
@@ -26,8 +30,9 @@
 //! When the schema or some of its tables do not exist (and nothing that
 //! exists has drifted), bootstrap opens one transaction and:
 //!
-//! 1. sets `lock_timeout` to [`render::DEFAULT_LOCK_TIMEOUT`] (`SET LOCAL`),
-//!    so no wait is unbounded, and takes the transaction-scoped advisory
+//! 1. bounds every lock wait to [`Options::lock_timeout`] and every statement
+//!    to that plus [`STATEMENT_ALLOWANCE`](crate::options::STATEMENT_ALLOWANCE)
+//!    ([`render::bounds_statement`], `SET LOCAL`), and takes the transaction-scoped advisory
 //!    lock keyed on the schema name ([`render::advisory_lock_statement`]),
 //!    the same lock the printed script takes, so concurrent bootstraps and
 //!    script runs of one schema take turns (concurrent `IF NOT EXISTS` DDL is
@@ -42,7 +47,10 @@
 //!    workers may be writing, and a role that owns nothing existing can
 //!    still add a missing table (a table added to the model in a later
 //!    release is created this way);
-//! 4. verifies the result against the model, still inside the transaction;
+//! 4. verifies the result against the model, still inside the transaction:
+//!    if what the statements made differs from the model (an event trigger
+//!    that alters each new table, a rendering bug), it fails with
+//!    [`ErrorKind::CreatedDiffers`] and rolls back;
 //! 5. commits. Any failure rolls everything back.
 //!
 //! Comments are documentation: a comment that differs from the model is
@@ -57,9 +65,10 @@ use tokio_postgres::{Client, GenericClient};
 
 use schema_model::{SchemaName, TableDescription, engine_family};
 
+use crate::Options;
 use crate::catalog::{self, LiveCatalog};
-use crate::error::{Context, Error, ErrorKind, Step, classify};
-use crate::render::{self, DEFAULT_LOCK_TIMEOUT, Statement, StatementKind};
+use crate::error::{Context, Error, ErrorKind, LockTarget, Step, classify};
+use crate::render::{self, Statement, StatementKind};
 use crate::verify::{Difference, compare};
 
 /// What [`bootstrap`] did.
@@ -145,31 +154,55 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// [`bootstrap_with`] under the default [`Options`] (a 5 s lock bound).
+///
+/// # Errors
+///
+/// As [`bootstrap_with`].
+pub async fn bootstrap(client: &mut Client, schema: &SchemaName) -> Result<Outcome, Error> {
+    bootstrap_with(client, schema, &Options::default()).await
+}
+
 /// Brings `schema` to the model, or proves it is there: see the module docs.
 ///
-/// At steady state this is one round trip that only reads `pg_catalog`.
+/// At steady state this is one round trip that only reads `pg_catalog`,
+/// bounded by `options`.
 ///
 /// # Errors
 ///
 /// - [`ErrorKind::Drift`]: objects exist with another shape; nothing changed.
 /// - [`ErrorKind::Privilege`]: the role lacks a privilege to create what is
 ///   missing (the message names it, e.g. `CREATE on database app`).
-/// - [`ErrorKind::LockTimeout`]: a lock wait exceeded
-///   [`render::DEFAULT_LOCK_TIMEOUT`]; the message says what it waited for.
+/// - [`ErrorKind::LockTimeout`]: a lock wait exceeded `options.lock_timeout`;
+///   the message says which lock and, where the role may see it, which
+///   session holds it.
+/// - [`ErrorKind::CreatedDiffers`]: the statements ran but what they made
+///   differs from the model; rolled back.
+/// - [`ErrorKind::StatementPooling`]: the connection goes through pgbouncer
+///   in statement pooling mode, which cannot create (retrying will not help).
 /// - [`ErrorKind::Connection`]: the connection was lost; nothing was committed.
 /// - [`ErrorKind::Query`] / [`ErrorKind::Other`]: anything else.
-pub async fn bootstrap(client: &mut Client, schema: &SchemaName) -> Result<Outcome, Error> {
+pub async fn bootstrap_with(
+    client: &mut Client,
+    schema: &SchemaName,
+    options: &Options,
+) -> Result<Outcome, Error> {
     let model = engine_family();
-    let live = catalog::read(&*client, schema).await?;
+    let live = catalog::read(client, schema, options).await?;
     if let Some(current) = assess(&live, schema, &model)? {
         return Ok(current);
     }
-    match create(client, schema, &model).await {
+    let result = match create(client, schema, &model, options).await {
         // A creator that does not take the advisory lock (a hand-written
         // script) can still clash with us on a catalog unique index; the
         // transaction rolled back, so one more try sees its committed result.
-        Err(err) if is_creation_clash(&err) => create(client, schema, &model).await,
+        Err(err) if is_creation_clash(&err) => create(client, schema, &model, options).await,
         other => other,
+    };
+    match result {
+        // Rolled back by now, so the session can ask who held the lock.
+        Err(err) => Err(catalog::explain(client, err).await),
+        ok => ok,
     }
 }
 
@@ -216,6 +249,7 @@ async fn create(
     client: &mut Client,
     schema: &SchemaName,
     model: &[TableDescription],
+    options: &Options,
 ) -> Result<Outcome, Error> {
     let mut context = Context {
         role: "the current role".to_owned(),
@@ -231,13 +265,14 @@ async fn create(
             &context,
         )
     })?;
-    match create_in(&tx, schema, model, &mut context).await {
+    match create_in(&tx, schema, model, options, &mut context).await {
         Ok(outcome @ Outcome::Created { .. }) => {
             tx.commit().await.map_err(|err| {
                 classify(
                     err,
                     &Step {
                         doing: format!("committing the bootstrap of schema {schema}"),
+                        in_transaction: true,
                         ..Step::default()
                     },
                     &context,
@@ -264,28 +299,34 @@ async fn create_in<C: GenericClient + Sync>(
     tx: &C,
     schema: &SchemaName,
     model: &[TableDescription],
+    options: &Options,
     context: &mut Context,
 ) -> Result<Outcome, Error> {
+    let key = render::advisory_lock_key(schema);
     let lock = Step {
-        doing: format!("taking the bootstrap lock of schema {schema}"),
+        doing: format!("bootstrapping schema {schema}"),
         waiting_for: Some(format!(
-            "the bootstrap lock of schema {schema} (advisory lock {}): another session is \
-             bootstrapping it or running its `schema-gen sql` script",
-            render::advisory_lock_key(schema)
+            "the bootstrap lock of schema {schema} (advisory lock {key}), which another \
+             bootstrap of it or its `schema-gen sql` script holds"
         )),
-        timeout: Some(DEFAULT_LOCK_TIMEOUT.to_owned()),
+        lock: Some(LockTarget::Advisory {
+            schema: schema.clone(),
+            key,
+        }),
+        timeout: Some(options.effective_lock_timeout()),
+        in_transaction: true,
         ..Step::default()
     };
-    // One round trip: the timeout must be in force before the lock wait.
+    // One round trip: the bounds must be in force before the lock wait.
     tx.batch_execute(&format!(
         "{}; {}",
-        render::lock_timeout_statement(),
+        render::bounds_statement(options),
         render::advisory_lock_statement(schema)
     ))
     .await
     .map_err(|err| classify(err, &lock, context))?;
 
-    let before = catalog::read(tx, schema).await?;
+    let before = catalog::read_in_transaction(tx, schema, options, context).await?;
     context.role = before.role.clone();
     if let Some(current) = assess(&before, schema, model)? {
         return Ok(current);
@@ -293,27 +334,22 @@ async fn create_in<C: GenericClient + Sync>(
 
     let plan = plan(&before, render::bootstrap_statements(schema));
     for planned in &plan {
-        let step = statement_step(planned, schema, &before.database);
+        let step = statement_step(planned, schema, &before.database, options);
         tx.batch_execute(&planned.statement.sql)
             .await
             .map_err(|err| classify(err, &step, context))?;
     }
 
-    let after = catalog::read(tx, schema).await?;
+    let after = catalog::read_in_transaction(tx, schema, options, context).await?;
     let known = compare(&before, schema, model);
     let left: Vec<Difference> = compare(&after, schema, model)
         .into_iter()
         .filter(|d| !(d.is_comment() && known.contains(d)))
         .collect();
     if !left.is_empty() {
-        let list: Vec<String> = left.iter().map(ToString::to_string).collect();
-        return Err(ErrorKind::Other {
-            message: format!(
-                "after running the bootstrap statements, schema {schema} still differs from the \
-                 model: {}; this is a bug in schema-gen (the rendered SQL and the model \
-                 disagree); the transaction was rolled back, nothing was changed",
-                list.join("; ")
-            ),
+        return Err(ErrorKind::CreatedDiffers {
+            schema: schema.clone(),
+            differences: left,
         }
         .into());
     }
@@ -365,7 +401,12 @@ fn plan(live: &LiveCatalog, statements: Vec<Statement>) -> Vec<Planned> {
 }
 
 /// How to word a failure of one planned statement.
-fn statement_step(planned: &Planned, schema: &SchemaName, database: &str) -> Step {
+fn statement_step(
+    planned: &Planned,
+    schema: &SchemaName,
+    database: &str,
+    options: &Options,
+) -> Step {
     let statement = &planned.statement;
     let what = match statement.kind {
         StatementKind::CreateSchema => "CREATE SCHEMA",
@@ -382,12 +423,14 @@ fn statement_step(planned: &Planned, schema: &SchemaName, database: &str) -> Ste
     Step {
         doing: format!("running {what} for {}", statement.object),
         privilege: Some(privilege),
-        waiting_for: Some(format!(
-            "a lock needed by {what} for {} (another session holds a conflicting lock, or is \
-             creating the same object without the bootstrap lock)",
-            statement.object
-        )),
-        timeout: Some(DEFAULT_LOCK_TIMEOUT.to_owned()),
+        waiting_for: Some(
+            "a lock another session holds (a conflicting lock on the object, or the same \
+             object being created without the bootstrap lock)"
+                .to_owned(),
+        ),
+        lock: None,
+        timeout: Some(options.effective_lock_timeout()),
+        in_transaction: true,
     }
 }
 
@@ -408,13 +451,14 @@ mod tests {
             database: "d".into(),
             schema: None,
             relations: vec![],
+            objects: vec![],
         };
         let all = render::bootstrap_statements(&schema());
         let planned = plan(&live, all.clone());
         assert_eq!(planned.len(), all.len());
         assert_eq!(planned[0].statement.kind, StatementKind::CreateSchema);
         assert_eq!(
-            statement_step(&planned[0], &schema(), "d")
+            statement_step(&planned[0], &schema(), "d", &Options::default())
                 .privilege
                 .as_deref(),
             Some("CREATE on database d")
@@ -444,7 +488,9 @@ mod tests {
             .find(|p| p.statement.kind == StatementKind::Comment)
             .unwrap();
         assert_eq!(
-            statement_step(comment, &schema(), "d").privilege.as_deref(),
+            statement_step(comment, &schema(), "d", &Options::default())
+                .privilege
+                .as_deref(),
             Some("ownership of table alk.locks")
         );
         assert!(

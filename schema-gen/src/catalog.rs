@@ -1,41 +1,64 @@
 //! The live catalog of one schema, read in one round trip.
 //!
-//! [`read`] sends one statement ([`CATALOG_QUERY`]) that builds a JSON
-//! document of the schema's tables, columns, indexes, constraints and
-//! comments from `pg_catalog`, and decodes it. Definitions are taken from
+//! [`read`] sends one simple query ([`batch`]): the bounds of
+//! [`render::bounds_statement`] (`SET LOCAL lock_timeout`, `SET LOCAL
+//! statement_timeout`) followed by one `SELECT` ([`statement`]) that builds a
+//! JSON document of everything in the schema from `pg_catalog`, and decodes
+//! it. The statements of one simple query run as one implicit transaction,
+//! so the `SET LOCAL`s bound the `SELECT` and end with it: one round trip, no
+//! `BEGIN`/`COMMIT`, nothing left behind on the session, and an error ends
+//! the implicit transaction too (an explicit `BEGIN` whose batch fails would
+//! leave the session in an aborted transaction, which costs a `ROLLBACK`
+//! round trip and which pgbouncer's statement pooling answers by dropping
+//! the connection).
+//!
+//! What the document holds, per relation of the schema (tables, views,
+//! materialized views, foreign and partitioned tables, sequences): kind,
+//! persistence, access method, storage parameters (`reloptions`, and the
+//! TOAST table's as `toast.name=value`), row-level security, inheritance
+//! parents and children, columns (type, nullability, default, identity,
+//! generation, collation), every index by its whole `pg_get_indexdef`, every
+//! constraint, non-internal triggers, rules, policies, comments; for a
+//! sequence its options and the column that owns it; and every other object
+//! in the schema (functions, procedures, types, operators, collations, ...). Definitions come from
 //! PostgreSQL's own deparsers (`format_type`, `pg_get_expr`,
-//! `pg_get_indexdef`, `pg_get_constraintdef`), the same strings
-//! [`schema_model::description`] writes, so comparing is comparing strings.
+//! `pg_get_indexdef`, `pg_get_constraintdef`, `pg_get_triggerdef`,
+//! `pg_get_ruledef`), the same strings [`schema_model::description`] writes,
+//! so comparing is comparing strings.
 //!
 //! The statement only reads `pg_catalog`, which every role may read: it works
 //! for a runtime role that has nothing but `USAGE` on the schema and DML on
-//! its tables, and for a role that cannot even see the schema. It takes no
-//! lock that an engine workload could wait on: the deparsers take `ACCESS
-//! SHARE` on each table for the length of the statement (what every `SELECT`
-//! takes), which conflicts only with `ACCESS EXCLUSIVE` (`ALTER TABLE`,
-//! `DROP`, `TRUNCATE`, `VACUUM FULL`).
+//! its tables, and for a role that cannot even see the schema. The deparsers
+//! take `ACCESS SHARE` on each table for the length of the statement (what
+//! every `SELECT` takes), which conflicts only with `ACCESS EXCLUSIVE` (`ALTER
+//! TABLE`, `DROP`, `TRUNCATE`, `VACUUM FULL`, `LOCK TABLE`): that wait is the
+//! one `lock_timeout` bounds.
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::GenericClient;
-use tokio_postgres::types::Type;
+use tokio_postgres::{Client, GenericClient, SimpleQueryMessage};
 
 use schema_model::SchemaName;
 
-use crate::error::{Context, Error, ErrorKind, Step, classify};
+use crate::Options;
+use crate::error::{Context, Error, ErrorKind, LockHolder, LockTarget, Step, classify};
+use crate::render::{self, quote_literal};
 
-/// The one catalog statement; `$1` is the schema name (`text`).
+/// The catalog `SELECT`; `{schema}` stands for the schema name as a literal.
 ///
-/// Relations are the schema's tables, views, materialized views, foreign and
-/// partitioned tables (`relkind` r, v, m, f, p); sequences (an identity
-/// column owns one) and indexes are not relations here. Indexes that back a
-/// primary key, unique or exclusion constraint are reported as that
-/// constraint, not as an index. `NOT NULL` constraints (PostgreSQL 18 lists
-/// them in `pg_constraint`) are reported through each column's `not_null`.
-pub const CATALOG_QUERY: &str = r#"
+/// Relations are everything in `pg_class` but indexes (reported with their
+/// table), composite types (reported as types) and TOAST tables. Indexes
+/// that back a primary key, unique or exclusion constraint are reported as
+/// that constraint (whose definition includes `INCLUDE`, `WITH` and the
+/// index's tablespace), the others by their whole `pg_get_indexdef`.
+/// `NOT NULL` constraints (PostgreSQL 18 lists them in `pg_constraint`) are
+/// reported through each column's `not_null`, constraint triggers as
+/// triggers. Other objects are found through their dependency on the
+/// schema (`pg_depend`), which every object kind records.
+const STATEMENT: &str = r#"
 WITH ns AS (
     SELECT n.oid, obj_description(n.oid, 'pg_namespace') AS comment
     FROM pg_catalog.pg_namespace n
-    WHERE n.nspname = $1
+    WHERE n.nspname = {schema}
 )
 SELECT json_build_object(
     'role', current_user,
@@ -46,8 +69,61 @@ SELECT json_build_object(
             'name', c.relname,
             'kind', c.relkind::text,
             'persistence', c.relpersistence::text,
+            'access_method', am.amname,
+            'options', COALESCE(c.reloptions, '{}'::text[]) || COALESCE((
+                SELECT array_agg('toast.' || o ORDER BY o)
+                FROM pg_catalog.pg_class toast, unnest(toast.reloptions) o
+                WHERE toast.oid = c.reltoastrelid
+            ), '{}'::text[]),
+            'row_security', c.relrowsecurity,
+            'force_row_security', c.relforcerowsecurity,
             'comment', obj_description(c.oid, 'pg_class'),
-            'columns', COALESCE((
+            'parents', COALESCE((
+                SELECT json_agg(json_build_object(
+                    'name', format('%I.%I', pn.nspname, p.relname),
+                    'partition_bound', pg_catalog.pg_get_expr(c.relpartbound, c.oid)
+                ) ORDER BY i.inhseqno)
+                FROM pg_catalog.pg_inherits i
+                JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+                JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+                WHERE i.inhrelid = c.oid
+            ), '[]'::json),
+            'children', COALESCE((
+                SELECT json_agg(format('%I.%I', kn.nspname, k.relname)
+                                ORDER BY kn.nspname, k.relname)
+                FROM pg_catalog.pg_inherits i
+                JOIN pg_catalog.pg_class k ON k.oid = i.inhrelid
+                JOIN pg_catalog.pg_namespace kn ON kn.oid = k.relnamespace
+                WHERE i.inhparent = c.oid
+            ), '[]'::json),
+            'sequence', CASE WHEN c.relkind = 'S' THEN (
+                SELECT json_build_object(
+                    'type', pg_catalog.format_type(s.seqtypid, NULL),
+                    'start', s.seqstart,
+                    'increment', s.seqincrement,
+                    'min', s.seqmin,
+                    'max', s.seqmax,
+                    'cache', s.seqcache,
+                    'cycle', s.seqcycle,
+                    'persistence', c.relpersistence::text,
+                    'owner', (
+                        SELECT json_build_object(
+                            'table', r.relname,
+                            'column', a.attname,
+                            'identity', d.deptype = 'i')
+                        FROM pg_catalog.pg_depend d
+                        JOIN pg_catalog.pg_class r ON r.oid = d.refobjid
+                        JOIN pg_catalog.pg_attribute a
+                            ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                        WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                          AND d.refclassid = 'pg_catalog.pg_class'::regclass
+                          AND d.deptype IN ('a', 'i') AND r.relnamespace = c.relnamespace
+                        LIMIT 1))
+                FROM pg_catalog.pg_sequence s
+                WHERE s.seqrelid = c.oid
+            ) END,
+            -- A sequence's own columns (last_value, ...) are not a shape.
+            'columns', CASE WHEN c.relkind <> 'S' THEN COALESCE((
                 SELECT json_agg(json_build_object(
                     'name', a.attname,
                     'type', pg_catalog.format_type(a.atttypid, a.atttypmod),
@@ -55,18 +131,20 @@ SELECT json_build_object(
                     'identity', a.attidentity::text,
                     'generated', a.attgenerated::text,
                     'expression', pg_catalog.pg_get_expr(d.adbin, d.adrelid),
+                    'collation', CASE WHEN a.attcollation <> (
+                        SELECT t.typcollation FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid
+                    ) THEN a.attcollation::regcollation::text END,
                     'comment', pg_catalog.col_description(c.oid, a.attnum)
                 ) ORDER BY a.attnum)
                 FROM pg_catalog.pg_attribute a
                 LEFT JOIN pg_catalog.pg_attrdef d
                     ON d.adrelid = a.attrelid AND d.adnum = a.attnum
                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-            ), '[]'::json),
+            ), '[]'::json) ELSE '[]'::json END,
             'indexes', COALESCE((
                 SELECT json_agg(json_build_object(
                     'name', i.relname,
                     'definition', pg_catalog.pg_get_indexdef(x.indexrelid),
-                    'unique', x.indisunique,
                     'valid', x.indisvalid
                 ) ORDER BY i.relname)
                 FROM pg_catalog.pg_index x
@@ -84,15 +162,90 @@ SELECT json_build_object(
                     'definition', pg_catalog.pg_get_constraintdef(k.oid)
                 ) ORDER BY k.conname)
                 FROM pg_catalog.pg_constraint k
-                WHERE k.conrelid = c.oid AND k.contype <> 'n'
+                WHERE k.conrelid = c.oid AND k.contype NOT IN ('n', 't')
+            ), '[]'::json),
+            'triggers', COALESCE((
+                SELECT json_agg(json_build_object(
+                    'name', tg.tgname,
+                    'definition', pg_catalog.pg_get_triggerdef(tg.oid),
+                    'enabled', tg.tgenabled::text
+                ) ORDER BY tg.tgname)
+                FROM pg_catalog.pg_trigger tg
+                WHERE tg.tgrelid = c.oid AND NOT tg.tgisinternal
+            ), '[]'::json),
+            'rules', COALESCE((
+                SELECT json_agg(json_build_object(
+                    'name', ru.rulename,
+                    'definition', pg_catalog.pg_get_ruledef(ru.oid)
+                ) ORDER BY ru.rulename)
+                FROM pg_catalog.pg_rewrite ru
+                WHERE ru.ev_class = c.oid AND ru.rulename <> '_RETURN'
+            ), '[]'::json),
+            'policies', COALESCE((
+                SELECT json_agg(json_build_object(
+                    'name', po.polname,
+                    'command', po.polcmd::text,
+                    'permissive', po.polpermissive,
+                    'roles', (
+                        SELECT json_agg(CASE WHEN role_oid = 0 THEN 'public'
+                                             ELSE pg_catalog.pg_get_userbyid(role_oid)::text END
+                                        ORDER BY 1)
+                        FROM unnest(po.polroles) role_oid),
+                    'using', pg_catalog.pg_get_expr(po.polqual, po.polrelid),
+                    'check', pg_catalog.pg_get_expr(po.polwithcheck, po.polrelid)
+                ) ORDER BY po.polname)
+                FROM pg_catalog.pg_policy po
+                WHERE po.polrelid = c.oid
             ), '[]'::json)
         ) ORDER BY c.relname)
         FROM pg_catalog.pg_class c
         JOIN ns ON c.relnamespace = ns.oid
-        WHERE c.relkind IN ('r', 'v', 'm', 'f', 'p')
+        LEFT JOIN pg_catalog.pg_am am ON am.oid = c.relam
+        WHERE c.relkind NOT IN ('i', 'I', 'c', 't')
+    ), '[]'::json),
+    'objects', COALESCE((
+        -- Everything else that lives in the schema records a dependency on
+        -- it; parts of another object (a range type's constructors, an
+        -- extension's members) are reported as that object.
+        SELECT json_agg(pg_catalog.pg_describe_object(d.classid, d.objid, 0) ORDER BY 1)
+        FROM pg_catalog.pg_depend d
+        JOIN ns ON d.refobjid = ns.oid
+        WHERE d.refclassid = 'pg_catalog.pg_namespace'::regclass
+          AND d.classid <> 'pg_catalog.pg_class'::regclass
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend part
+                          WHERE part.classid = d.classid AND part.objid = d.objid
+                            AND part.deptype IN ('i', 'e'))
     ), '[]'::json)
 )::text
 "#;
+
+/// The catalog `SELECT` for `schema`, the name inlined as a literal (it is a
+/// validated [`SchemaName`], quoted with [`render::quote_literal`]), so it can
+/// travel in a simple query next to the `SET LOCAL`s that bound it.
+pub fn statement(schema: &SchemaName) -> String {
+    STATEMENT.replace("{schema}", &quote_literal(schema.as_str()))
+}
+
+/// The one simple query the steady-state read sends: the bounds of
+/// `options`, then [`statement`].
+///
+/// ```
+/// use schema_gen::{Options, catalog};
+/// use schema_model::SchemaName;
+///
+/// let batch = catalog::batch(&SchemaName::new("alk").unwrap(), &Options::default());
+/// assert!(batch.starts_with(
+///     "SET LOCAL lock_timeout = '5s'; SET LOCAL statement_timeout = '15s';\n"
+/// ));
+/// assert!(batch.contains("WHERE n.nspname = 'alk'"));
+/// ```
+pub fn batch(schema: &SchemaName, options: &Options) -> String {
+    format!(
+        "{};\n{}",
+        render::bounds_statement(options),
+        statement(schema).trim_start()
+    )
+}
 
 /// One schema's catalog as PostgreSQL reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +258,11 @@ pub struct LiveCatalog {
     pub schema: Option<LiveSchema>,
     /// The schema's relations, by name (empty when the schema does not exist).
     pub relations: Vec<LiveRelation>,
+    /// Every other object in the schema (functions, procedures, types,
+    /// operators, collations, extensions, ...), as `pg_describe_object`
+    /// words it: `function alk.f(integer)`.
+    #[serde(default)]
+    pub objects: Vec<String>,
 }
 
 /// The schema itself.
@@ -114,28 +272,72 @@ pub struct LiveSchema {
     pub comment: Option<String>,
 }
 
-/// A table (or view, ...) of the schema.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A table (or view, sequence, ...) of the schema.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LiveRelation {
     /// Its name.
     pub name: String,
     /// `pg_class.relkind`: `r` table, `p` partitioned table, `v` view,
-    /// `m` materialized view, `f` foreign table.
+    /// `m` materialized view, `f` foreign table, `S` sequence.
     pub kind: String,
     /// `pg_class.relpersistence`: `p` permanent, `u` unlogged, `t` temporary.
     pub persistence: String,
+    /// The table access method (`heap`), `None` for relations without one.
+    pub access_method: Option<String>,
+    /// `pg_class.reloptions` (`fillfactor=70`), then the TOAST table's, each
+    /// prefixed `toast.`, as `ALTER TABLE ... SET (toast.name=value)` writes them.
+    pub options: Vec<String>,
+    /// `relrowsecurity`: `ALTER TABLE ... ENABLE ROW LEVEL SECURITY`.
+    pub row_security: bool,
+    /// `relforcerowsecurity`: `... FORCE ROW LEVEL SECURITY` (the owner too).
+    pub force_row_security: bool,
     /// `COMMENT ON TABLE`, if any.
     pub comment: Option<String>,
+    /// The tables it inherits from, or the one it is a partition of.
+    pub parents: Vec<LiveParent>,
+    /// The tables that inherit from it, or its partitions, qualified.
+    pub children: Vec<String>,
+    /// For a sequence: its options and the column that owns it.
+    pub sequence: Option<LiveSequence>,
     /// Columns in `attnum` order.
     pub columns: Vec<LiveColumn>,
     /// Indexes that do not back a constraint, by name.
     pub indexes: Vec<LiveIndex>,
-    /// Constraints other than `NOT NULL`, by name.
+    /// Constraints other than `NOT NULL` and constraint triggers, by name.
     pub constraints: Vec<LiveConstraint>,
+    /// Triggers that are not internal (not those of foreign keys), by name.
+    pub triggers: Vec<LiveTrigger>,
+    /// Rewrite rules other than a view's own `_RETURN`, by name.
+    pub rules: Vec<LiveRule>,
+    /// Row-level security policies, by name.
+    pub policies: Vec<LivePolicy>,
+}
+
+/// A parent in `pg_inherits`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveParent {
+    /// The parent, qualified (`schema.table`).
+    pub name: String,
+    /// `FOR VALUES ...` when the relation is a partition of it.
+    pub partition_bound: Option<String>,
+}
+
+/// The column of a table in the same schema that owns a sequence (`pg_depend`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveOwner {
+    /// The owning table.
+    pub table: String,
+    /// The owning column.
+    pub column: String,
+    /// Whether it is the column's identity sequence (else `OWNED BY`, as
+    /// for `serial`).
+    pub identity: bool,
 }
 
 /// A column.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LiveColumn {
     /// Its name.
     pub name: String,
@@ -150,8 +352,48 @@ pub struct LiveColumn {
     pub generated: String,
     /// `pg_get_expr` of the default or generation expression, if any.
     pub expression: Option<String>,
+    /// The column's collation when it is not its type's default (`"C"`).
+    pub collation: Option<String>,
     /// `COMMENT ON COLUMN`, if any.
     pub comment: Option<String>,
+}
+
+/// The options of a sequence (`pg_sequence`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSequence {
+    /// The column that owns it, if it belongs to a table of the schema.
+    pub owner: Option<LiveOwner>,
+    /// `AS` type, as `format_type` reports it.
+    #[serde(rename = "type")]
+    pub sql_type: String,
+    /// `START WITH`.
+    pub start: i64,
+    /// `INCREMENT BY`.
+    pub increment: i64,
+    /// `MINVALUE`.
+    pub min: i64,
+    /// `MAXVALUE`.
+    pub max: i64,
+    /// `CACHE`.
+    pub cache: i64,
+    /// `CYCLE`.
+    pub cycle: bool,
+    /// `p` logged, `u` unlogged.
+    pub persistence: String,
+}
+
+impl LiveCatalog {
+    /// The identity sequence of `table.column`, if the schema has it.
+    pub fn identity_sequence(&self, table: &str, column: &str) -> Option<&LiveSequence> {
+        self.relations
+            .iter()
+            .filter_map(|r| r.sequence.as_ref())
+            .find(|s| {
+                s.owner
+                    .as_ref()
+                    .is_some_and(|o| o.identity && o.table == table && o.column == column)
+            })
+    }
 }
 
 /// An index.
@@ -159,10 +401,10 @@ pub struct LiveColumn {
 pub struct LiveIndex {
     /// Its name.
     pub name: String,
-    /// `pg_get_indexdef`, whole (`CREATE INDEX name ON schema.table USING ...`).
+    /// `pg_get_indexdef`, whole (`CREATE INDEX name ON schema.table USING ...`):
+    /// key columns with their collation, operator class and order, `INCLUDE`,
+    /// `NULLS NOT DISTINCT`, `WITH (...)` and `WHERE`.
     pub definition: String,
-    /// `indisunique`.
-    pub unique: bool,
     /// `indisvalid`: false after a failed `CREATE INDEX CONCURRENTLY`.
     pub valid: bool,
 }
@@ -173,40 +415,105 @@ pub struct LiveConstraint {
     /// Its name.
     pub name: String,
     /// `contype`: `c` check, `p` primary key, `u` unique, `f` foreign key,
-    /// `x` exclusion, `t` constraint trigger.
+    /// `x` exclusion.
     #[serde(rename = "type")]
     pub constraint_type: String,
     /// `pg_get_constraintdef`.
     pub definition: String,
 }
 
+/// A trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveTrigger {
+    /// Its name.
+    pub name: String,
+    /// `pg_get_triggerdef`.
+    pub definition: String,
+    /// `tgenabled`: `O` origin, `D` disabled, `R` replica, `A` always.
+    pub enabled: String,
+}
+
+/// A rewrite rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveRule {
+    /// Its name.
+    pub name: String,
+    /// `pg_get_ruledef`.
+    pub definition: String,
+}
+
+/// A row-level security policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivePolicy {
+    /// Its name.
+    pub name: String,
+    /// `polcmd`: `r` SELECT, `a` INSERT, `w` UPDATE, `d` DELETE, `*` ALL.
+    pub command: String,
+    /// `PERMISSIVE` (true) or `RESTRICTIVE`.
+    pub permissive: bool,
+    /// The roles it applies to (`public` for everyone).
+    pub roles: Option<Vec<String>>,
+    /// `USING (...)`.
+    pub using: Option<String>,
+    /// `WITH CHECK (...)`.
+    pub check: Option<String>,
+}
+
 impl LiveIndex {
-    /// The definition from ` USING ` on, prefixed with `UNIQUE ` for a unique
-    /// index: the part that depends neither on the schema nor on
-    /// `search_path`, as [`schema_model::IndexDescription::definition`] has it.
+    /// The definition without its `CREATE [UNIQUE] INDEX name ON schema.table `
+    /// prefix (from `USING` on, prefixed `UNIQUE ` for a unique index), the
+    /// way [`schema_model::IndexDescription::definition`] has it, for messages.
     ///
     /// ```
     /// use schema_gen::catalog::LiveIndex;
     ///
     /// let index = LiveIndex {
     ///     name: "i".into(),
-    ///     definition: "CREATE UNIQUE INDEX i ON s.t USING btree (a)".into(),
-    ///     unique: true,
+    ///     definition: "CREATE UNIQUE INDEX i ON s.t USING btree (a) WHERE (b IS NULL)".into(),
     ///     valid: true,
     /// };
-    /// assert_eq!(index.comparable_definition(), "UNIQUE USING btree (a)");
+    /// assert_eq!(index.from_using(), "UNIQUE USING btree (a) WHERE (b IS NULL)");
     /// ```
-    pub fn comparable_definition(&self) -> String {
+    pub fn from_using(&self) -> String {
         let using = self
             .definition
             .find(" USING ")
             .map(|at| &self.definition[at + 1..])
             .unwrap_or(&self.definition);
-        if self.unique {
+        if self.definition.starts_with("CREATE UNIQUE INDEX ") {
             format!("UNIQUE {using}")
         } else {
             using.to_owned()
         }
+    }
+}
+
+impl LivePolicy {
+    /// The policy in `CREATE POLICY` words, for messages.
+    pub fn describe(&self) -> String {
+        let command = match self.command.as_str() {
+            "r" => "SELECT",
+            "a" => "INSERT",
+            "w" => "UPDATE",
+            "d" => "DELETE",
+            _ => "ALL",
+        };
+        let mut text = format!(
+            "AS {} FOR {command} TO {}",
+            if self.permissive {
+                "PERMISSIVE"
+            } else {
+                "RESTRICTIVE"
+            },
+            self.roles.as_deref().unwrap_or_default().join(", ")
+        );
+        if let Some(using) = &self.using {
+            text.push_str(&format!(" USING ({using})"));
+        }
+        if let Some(check) = &self.check {
+            text.push_str(&format!(" WITH CHECK ({check})"));
+        }
+        text
     }
 }
 
@@ -217,42 +524,80 @@ impl LiveCatalog {
     }
 }
 
-/// Reads the live catalog of `schema` in one round trip (one statement,
-/// sent with its parameter type so no separate prepare is needed).
+/// Reads the live catalog of `schema` in one round trip, bounded by
+/// `options` (see the module docs). Outside any transaction: the bounds are
+/// `SET LOCAL` in the simple query's own implicit transaction.
 ///
 /// # Errors
 ///
 /// [`ErrorKind::Connection`] when the connection is gone,
-/// [`ErrorKind::LockTimeout`] when the session's `lock_timeout` hit while
-/// another session held `ACCESS EXCLUSIVE` on an engine table,
+/// [`ErrorKind::LockTimeout`] when another session held `ACCESS EXCLUSIVE`
+/// on a relation of the schema for longer than `options.lock_timeout` (the
+/// error names the sessions holding it, as far as the role may see them),
+/// [`ErrorKind::StatementPooling`] behind pgbouncer's statement pooling,
 /// [`ErrorKind::Query`] for any other server error, [`ErrorKind::Other`] when
 /// the reply cannot be decoded.
-pub async fn read<C: GenericClient + Sync>(
-    client: &C,
+pub async fn read(
+    client: &Client,
     schema: &SchemaName,
+    options: &Options,
 ) -> Result<LiveCatalog, Error> {
-    let step = Step {
-        doing: format!("reading the catalog of schema {schema}"),
-        waiting_for: Some(format!(
-            "ACCESS SHARE on a table of schema {schema} while reading the catalog (another \
-             session holds ACCESS EXCLUSIVE on it: ALTER TABLE, DROP, TRUNCATE or VACUUM FULL)"
-        )),
-        ..Step::default()
-    };
+    let step = read_step(schema, options, false);
     let context = Context {
         role: "the current role".to_owned(),
         schema: schema.clone(),
     };
-    let row = client
-        .query_typed_one(CATALOG_QUERY, &[(&schema.as_str(), Type::TEXT)])
-        .await
-        .map_err(|err| classify(err, &step, &context))?;
-    let text: String = row.try_get(0).map_err(|err| {
-        Error::from(ErrorKind::Other {
-            message: format!("decoding the catalog of schema {schema}: {err}"),
-        })
-    })?;
-    parse(&text, schema)
+    match client.simple_query(&batch(schema, options)).await {
+        Ok(messages) => decode(messages, schema),
+        Err(err) => Err(explain(client, classify(err, &step, &context)).await),
+    }
+}
+
+/// Reads the catalog inside the caller's transaction, under the bounds the
+/// transaction already set (the creating transaction of bootstrap).
+pub(crate) async fn read_in_transaction<C: GenericClient + Sync>(
+    tx: &C,
+    schema: &SchemaName,
+    options: &Options,
+    context: &Context,
+) -> Result<LiveCatalog, Error> {
+    match tx.simple_query(&statement(schema)).await {
+        Ok(messages) => decode(messages, schema),
+        Err(err) => Err(classify(err, &read_step(schema, options, true), context)),
+    }
+}
+
+fn read_step(schema: &SchemaName, options: &Options, in_transaction: bool) -> Step {
+    Step {
+        doing: format!("reading the catalog of schema {schema}"),
+        waiting_for: Some(format!(
+            "ACCESS SHARE on a table of schema {schema}, which only ACCESS EXCLUSIVE blocks \
+             (ALTER TABLE, DROP, TRUNCATE, VACUUM FULL, LOCK TABLE)"
+        )),
+        lock: Some(LockTarget::SchemaRelations {
+            schema: schema.clone(),
+        }),
+        timeout: Some(options.effective_lock_timeout()),
+        in_transaction,
+        ..Step::default()
+    }
+}
+
+fn decode(messages: Vec<SimpleQueryMessage>, schema: &SchemaName) -> Result<LiveCatalog, Error> {
+    let text = messages.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    });
+    match text {
+        Some(text) => parse(text, schema),
+        None => Err(ErrorKind::Other {
+            message: format!(
+                "decoding the catalog of schema {schema}: the server returned no row (a bug in \
+                 schema-gen, or a proxy that drops rows)"
+            ),
+        }
+        .into()),
+    }
 }
 
 fn parse(text: &str, schema: &SchemaName) -> Result<LiveCatalog, Error> {
@@ -267,6 +612,81 @@ fn parse(text: &str, schema: &SchemaName) -> Result<LiveCatalog, Error> {
     })
 }
 
+/// After a lock timeout: asks the server who holds (or is queued for) the
+/// lock the step waited for, in one bounded round trip, and puts the answer
+/// in the error. Any failure of the question leaves the error as it was.
+pub(crate) async fn explain(client: &Client, err: Error) -> Error {
+    let Some(target) = err.lock_target().cloned() else {
+        return err;
+    };
+    let probe = format!(
+        "SET LOCAL statement_timeout = '2s';\n{}",
+        holders_statement(&target)
+    );
+    let Ok(messages) = client.simple_query(&probe).await else {
+        return err;
+    };
+    let holders = messages.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    });
+    match holders.map(serde_json::from_str::<Vec<LockHolder>>) {
+        Some(Ok(holders)) => err.with_lock_holders(holders),
+        _ => err,
+    }
+}
+
+/// The sessions, other than this one, that hold or wait for a lock that a
+/// wait on `target` conflicts with, with what `pg_stat_activity` lets the
+/// role see of them (for another role's session without `pg_read_all_stats`:
+/// pid, role and application only).
+fn holders_statement(target: &LockTarget) -> String {
+    let filter = match target {
+        // `ACCESS SHARE` (what the catalog read takes) conflicts only with
+        // `ACCESS EXCLUSIVE`, held or queued ahead of it.
+        LockTarget::SchemaRelations { schema } => format!(
+            "l.locktype = 'relation' AND l.mode = 'AccessExclusiveLock'
+             AND l.relation IN (SELECT c.oid FROM pg_catalog.pg_class c
+                                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                WHERE n.nspname = {})",
+            quote_literal(schema.as_str())
+        ),
+        // A bigint advisory key shows as its high half in classid, its low
+        // half in objid, and objsubid 1.
+        LockTarget::Advisory { key, .. } => {
+            let bits = u64::from_ne_bytes(key.to_ne_bytes());
+            format!(
+                "l.locktype = 'advisory' AND l.classid = {} AND l.objid = {} AND l.objsubid = 1",
+                bits >> 32,
+                bits & 0xffff_ffff
+            )
+        }
+    };
+    format!(
+        "SELECT COALESCE(json_agg(json_build_object(
+             'pid', l.pid,
+             'mode', l.mode,
+             'granted', l.granted,
+             'relation', (SELECT format('%I.%I', n.nspname, c.relname)
+                          FROM pg_catalog.pg_class c
+                          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                          WHERE c.oid = l.relation),
+             'role', a.usename,
+             'application', NULLIF(a.application_name, ''),
+             'state', a.state,
+             'since', to_char(a.xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS \"UTC\"'),
+             'query', CASE WHEN a.state IS NOT NULL THEN left(a.query, 200) END,
+             'blocked_by', CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END
+         ) ORDER BY l.granted DESC, l.pid), '[]'::json)::text
+         FROM pg_catalog.pg_locks l
+         LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+         WHERE l.pid <> pg_catalog.pg_backend_pid()
+           AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                             WHERE datname = pg_catalog.current_database())
+           AND {filter}"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,26 +695,40 @@ mod tests {
     fn decodes_a_missing_schema_and_a_table() {
         let schema = SchemaName::new("alk").unwrap();
         let missing = parse(
-            r#"{"role":"r","database":"d","schema":null,"relations":[]}"#,
+            r#"{"role":"r","database":"d","schema":null,"relations":[],"objects":[]}"#,
             &schema,
         )
         .unwrap();
         assert!(missing.schema.is_none());
         let one = parse(
             r#"{"role":"r","database":"d","schema":{"comment":null},"relations":[
-                {"name":"t","kind":"r","persistence":"p","comment":"c",
+                {"name":"t","kind":"r","persistence":"p","access_method":"heap",
+                 "options":["fillfactor=70"],"row_security":false,"force_row_security":false,
+                 "comment":"c","parents":[],"children":[],"sequence":null,
                  "columns":[{"name":"a","type":"bigint","not_null":true,"identity":"a",
-                             "generated":"","expression":null,"comment":null}],
+                             "generated":"","expression":null,"collation":null,
+                             "comment":null}],
                  "indexes":[{"name":"i","definition":"CREATE INDEX i ON alk.t USING btree (a)",
-                             "unique":false,"valid":true}],
-                 "constraints":[{"name":"t_pkey","type":"p","definition":"PRIMARY KEY (a)"}]}]}"#,
+                             "valid":true}],
+                 "constraints":[{"name":"t_pkey","type":"p","definition":"PRIMARY KEY (a)"}],
+                 "triggers":[],"rules":[],"policies":[]},
+                {"name":"t_a_seq","kind":"S","persistence":"p","sequence":{"type":"bigint",
+                 "start":1,"increment":1,"min":1,"max":9223372036854775807,"cache":1,
+                 "cycle":false,"persistence":"p",
+                 "owner":{"table":"t","column":"a","identity":true}}}],
+                "objects":["function alk.f(integer)"]}"#,
             &schema,
         )
         .unwrap();
         let t = one.relation("t").unwrap();
         assert_eq!(t.columns[0].sql_type, "bigint");
-        assert_eq!(t.indexes[0].comparable_definition(), "USING btree (a)");
+        assert_eq!(
+            one.identity_sequence("t", "a").map(|s| s.max),
+            Some(i64::MAX)
+        );
+        assert_eq!(t.indexes[0].from_using(), "USING btree (a)");
         assert_eq!(t.constraints[0].constraint_type, "p");
+        assert_eq!(one.objects, ["function alk.f(integer)"]);
     }
 
     #[test]
@@ -302,5 +736,25 @@ mod tests {
         let schema = SchemaName::new("alk").unwrap();
         let err = parse("{", &schema).unwrap_err();
         assert!(err.to_string().contains("decoding the catalog"), "{err}");
+    }
+
+    #[test]
+    fn the_schema_name_is_inlined_as_a_literal() {
+        let schema = SchemaName::new("alk").unwrap();
+        let sql = statement(&schema);
+        assert!(!sql.contains("{schema}"));
+        assert_eq!(sql.matches("'alk'").count(), 1);
+    }
+
+    #[test]
+    fn an_advisory_key_is_split_as_pg_locks_shows_it() {
+        let sql = holders_statement(&LockTarget::Advisory {
+            schema: SchemaName::new("alk").unwrap(),
+            key: -2,
+        });
+        assert!(
+            sql.contains("l.classid = 4294967295 AND l.objid = 4294967294"),
+            "{sql}"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! [`Difference`]: one way a live schema differs from the model, worded for
-//! a DBA. It is plain data with no I/O, so both [`crate::verify`] (which
+//! a DBA. It is plain data with no I/O, so both [`crate::verify`](mod@crate::verify) (which
 //! finds differences) and [`crate::error`] (whose drift error carries them)
 //! depend on it, and neither on the other.
 
@@ -152,6 +152,113 @@ pub enum Difference {
         /// The model's definition.
         expected: String,
     },
+    /// An object that is not a relation (a function, procedure, type,
+    /// operator, collation, extension, ...) lives in the engine schema; the
+    /// model declares none.
+    ExtraObject {
+        /// The object as PostgreSQL describes it: `function alk.f(integer)`.
+        object: String,
+    },
+    /// A table has another access method than the model's.
+    AccessMethod {
+        /// The table's name.
+        table: String,
+        /// The live access method.
+        found: String,
+        /// The model's (`heap`).
+        expected: String,
+    },
+    /// A table's storage parameters (`reloptions`, `toast.*` for its TOAST
+    /// table) are not exactly the model's.
+    StorageParameters {
+        /// The table's name.
+        table: String,
+        /// The live parameters, sorted.
+        found: Vec<String>,
+        /// The model's, sorted.
+        expected: Vec<String>,
+    },
+    /// Row-level security is enabled (or forced) on a table; the model has
+    /// none, so roles would silently see and change only some rows.
+    RowSecurity {
+        /// The table's name.
+        table: String,
+        /// `ENABLE ROW LEVEL SECURITY`.
+        enabled: bool,
+        /// `FORCE ROW LEVEL SECURITY` (the owner too).
+        forced: bool,
+    },
+    /// A row-level security policy the model does not declare.
+    ExtraPolicy {
+        /// The table's name.
+        table: String,
+        /// The policy's name.
+        policy: String,
+        /// The policy in `CREATE POLICY` words.
+        definition: String,
+    },
+    /// A trigger the model does not declare (it could rewrite or drop the
+    /// rows the engine writes).
+    ExtraTrigger {
+        /// The table's name.
+        table: String,
+        /// The trigger's name.
+        trigger: String,
+        /// `pg_get_triggerdef`.
+        definition: String,
+        /// Whether it is disabled (`ALTER TABLE ... DISABLE TRIGGER`).
+        disabled: bool,
+    },
+    /// A rewrite rule the model does not declare (it could turn the engine's
+    /// statements into others, or into nothing).
+    ExtraRule {
+        /// The table's name.
+        table: String,
+        /// The rule's name.
+        rule: String,
+        /// `pg_get_ruledef`.
+        definition: String,
+    },
+    /// An option of an identity column's sequence differs from the model's
+    /// (a sequence that counts backwards, cycles, caches per session or is
+    /// unlogged breaks "ids only grow").
+    IdentityOption {
+        /// The table's name.
+        table: String,
+        /// The column's name.
+        column: String,
+        /// The live option, e.g. `INCREMENT BY -1`.
+        found: String,
+        /// The model's, e.g. `INCREMENT BY 1`.
+        expected: String,
+    },
+    /// A column's collation differs from its type's default (what the model
+    /// declares): comparisons, ordering and indexes on it change.
+    Collation {
+        /// The table's name.
+        table: String,
+        /// The column's name.
+        column: String,
+        /// The live collation.
+        found: String,
+    },
+    /// A table inherits from another table, or is a partition of one.
+    Parent {
+        /// The table's name.
+        table: String,
+        /// The parent, qualified.
+        parent: String,
+        /// `FOR VALUES ...` when it is a partition.
+        partition_bound: Option<String>,
+    },
+    /// Another table inherits from an engine table (or is its partition):
+    /// the engine's reads, updates and deletes on it reach that table's rows too.
+    Child {
+        /// The engine table's name.
+        table: String,
+        /// The child, qualified.
+        child: String,
+    },
     /// A comment differs from the model's doc (documentation only).
     Comment {
         /// `schema alk`, `table jobs` or `column jobs.queue`.
@@ -276,6 +383,99 @@ impl fmt::Display for Difference {
                 f,
                 "constraint {constraint}: is `{found}`, model says `{expected}`"
             ),
+            Self::ExtraObject { object } => write!(f, "extra {object} (not in the model)"),
+            Self::AccessMethod {
+                table,
+                found,
+                expected,
+            } => write!(
+                f,
+                "{table}: table access method is {found}, model says {expected}"
+            ),
+            Self::StorageParameters {
+                table,
+                found,
+                expected,
+            } => write!(
+                f,
+                "{table}: storage parameters are {}, model says {}",
+                parameter_list(found),
+                parameter_list(expected)
+            ),
+            Self::RowSecurity {
+                table,
+                enabled,
+                forced,
+            } => {
+                let state = match (enabled, forced) {
+                    (true, true) => "enabled and forced",
+                    (true, false) => "enabled",
+                    (false, _) => "forced (it takes effect once enabled)",
+                };
+                write!(
+                    f,
+                    "{table}: row-level security is {state}, model says disabled (with it, a \
+                     role sees and changes only the rows a policy allows, none without a policy)"
+                )
+            }
+            Self::ExtraPolicy {
+                table,
+                policy,
+                definition,
+            } => write!(f, "extra policy {policy} on {table}: `{definition}`"),
+            Self::ExtraTrigger {
+                table,
+                trigger,
+                definition,
+                disabled,
+            } => write!(
+                f,
+                "extra trigger {trigger} on {table}{}: `{definition}`",
+                if *disabled { " (disabled)" } else { "" }
+            ),
+            Self::ExtraRule {
+                table,
+                rule,
+                definition,
+            } => write!(f, "extra rule {rule} on {table}: `{definition}`"),
+            Self::IdentityOption {
+                table,
+                column,
+                found,
+                expected,
+            } => write!(
+                f,
+                "{table}.{column}: identity sequence has {found}, model says {expected}"
+            ),
+            Self::Collation {
+                table,
+                column,
+                found,
+            } => write!(
+                f,
+                "{table}.{column}: collation is {found}, model says the type's default"
+            ),
+            Self::Parent {
+                table,
+                parent,
+                partition_bound: Some(bound),
+            } => write!(
+                f,
+                "{table}: is a partition of {parent} {bound}, model says a table of its own"
+            ),
+            Self::Parent {
+                table,
+                parent,
+                partition_bound: None,
+            } => write!(
+                f,
+                "{table}: inherits from {parent}, model says a table of its own"
+            ),
+            Self::Child { table, child } => write!(
+                f,
+                "{table}: {child} inherits from it (or is its partition), so the engine's reads, \
+                 updates and deletes of {table} reach its rows too; model says no child"
+            ),
             Self::Comment {
                 object,
                 found: Some(found),
@@ -290,6 +490,15 @@ impl fmt::Display for Difference {
                 expected,
             } => write!(f, "comment on {object}: missing, model says {expected:?}"),
         }
+    }
+}
+
+/// `(a=1, b=2)`, or `none`.
+fn parameter_list(parameters: &[String]) -> String {
+    if parameters.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("({})", parameters.join(", "))
     }
 }
 

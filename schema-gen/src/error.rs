@@ -6,11 +6,14 @@
 //! the CLI can print it as is and an engine can log it.
 
 use std::fmt;
+use std::time::Duration;
 
 use schema_model::SchemaName;
+use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 
 use crate::difference::Difference;
+use crate::options::duration_words;
 
 /// Why bootstrap, verification or a database command failed.
 ///
@@ -71,16 +74,52 @@ pub enum ErrorKind {
         /// Every difference between the live catalog and the model.
         differences: Vec<Difference>,
     },
+    /// The bootstrap statements ran, but what they made differs from the
+    /// model: something in this database alters objects as they are created
+    /// (an event trigger, say), or schema-gen renders SQL that disagrees with
+    /// its own model. The transaction was rolled back: nothing was changed.
+    #[error("{}", created_differs_message(schema, differences))]
+    CreatedDiffers {
+        /// The engine schema.
+        schema: SchemaName,
+        /// How the objects just created differ from the model.
+        differences: Vec<Difference>,
+    },
     /// A lock wait hit `lock_timeout`.
-    #[error(
-        "gave up after {timeout} (lock_timeout) waiting for {waiting_for}; the bootstrap \
-         transaction was rolled back, nothing was changed: retry once it is released"
-    )]
+    #[error("{}", lock_timeout_message(self))]
     LockTimeout {
-        /// What the step was waiting for, in words.
+        /// What the step was doing: `reading the catalog of schema alk`.
+        doing: String,
+        /// What it waited for, in words, when no session holding it was found.
         waiting_for: String,
-        /// The `lock_timeout` in force, e.g. `5s`.
-        timeout: String,
+        /// What the wait was for, as a lock PostgreSQL can be asked about.
+        target: Option<LockTarget>,
+        /// The sessions that held (or were queued ahead for) the lock when
+        /// the wait was given up, as far as the role may see them.
+        holders: Vec<LockHolder>,
+        /// The `lock_timeout` in force.
+        timeout: Duration,
+        /// Whether the step ran in the bootstrap transaction (now rolled back).
+        in_transaction: bool,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The connection goes through pgbouncer in statement pooling mode, which
+    /// allows no transaction: creating the schema needs one. Not a lost
+    /// connection: every retry fails the same way.
+    #[error(
+        "{doing} failed: {detail}: the connection goes through pgbouncer in statement pooling \
+         mode, which allows no transaction, and bootstrap creates the schema in one, so every \
+         retry fails the same way; nothing was changed: point the database URL at PostgreSQL \
+         itself, or at a pgbouncer pool in session or transaction mode, to create the schema \
+         (reading it, as check and a steady-state open do, works through statement pooling)"
+    )]
+    StatementPooling {
+        /// The step, e.g. `starting the bootstrap transaction`.
+        doing: String,
+        /// pgbouncer's message.
+        detail: String,
         /// The driver's error.
         #[source]
         source: tokio_postgres::Error,
@@ -116,13 +155,210 @@ impl Error {
         *self.kind
     }
 
-    /// The differences of a [`ErrorKind::Drift`], empty for every other kind.
+    /// The differences of a [`ErrorKind::Drift`] or
+    /// [`ErrorKind::CreatedDiffers`], empty for every other kind.
     pub fn differences(&self) -> &[Difference] {
         match &*self.kind {
-            ErrorKind::Drift { differences, .. } => differences,
+            ErrorKind::Drift { differences, .. }
+            | ErrorKind::CreatedDiffers { differences, .. } => differences,
             _ => &[],
         }
     }
+
+    /// The lock a [`ErrorKind::LockTimeout`] waited for, when PostgreSQL can
+    /// be asked who holds it.
+    pub(crate) fn lock_target(&self) -> Option<&LockTarget> {
+        match &*self.kind {
+            ErrorKind::LockTimeout { target, .. } => target.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The same error with the sessions found holding its lock.
+    pub(crate) fn with_lock_holders(mut self, found: Vec<LockHolder>) -> Self {
+        if let ErrorKind::LockTimeout { holders, .. } = &mut *self.kind {
+            *holders = found;
+        }
+        self
+    }
+}
+
+/// What a lock wait was for, so that the sessions holding it can be found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockTarget {
+    /// A relation of the schema: the catalog read takes `ACCESS SHARE` on
+    /// each table, which only `ACCESS EXCLUSIVE` (held or queued) blocks.
+    SchemaRelations {
+        /// The engine schema.
+        schema: SchemaName,
+    },
+    /// The bootstrap's advisory lock
+    /// ([`render::advisory_lock_key`](crate::render::advisory_lock_key)).
+    Advisory {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The lock's key.
+        key: i64,
+    },
+}
+
+/// A session that held, or was queued ahead for, a lock a step gave up
+/// waiting for, from `pg_locks` and `pg_stat_activity`. What
+/// `pg_stat_activity` hides from a role (another role's state and query,
+/// without `pg_read_all_stats`) is `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolder {
+    /// Its backend pid (`pg_terminate_backend(pid)` ends it).
+    pub pid: i32,
+    /// The lock mode, as `pg_locks` names it (`AccessExclusiveLock`).
+    pub mode: String,
+    /// Whether it holds the lock (false: it is queued for it, ahead of us).
+    pub granted: bool,
+    /// The relation, qualified, for a relation lock.
+    pub relation: Option<String>,
+    /// Its role.
+    pub role: Option<String>,
+    /// Its `application_name`.
+    pub application: Option<String>,
+    /// `active`, `idle in transaction`, ...
+    pub state: Option<String>,
+    /// When its transaction started (UTC).
+    pub since: Option<String>,
+    /// The start of its current or last query.
+    pub query: Option<String>,
+    /// For a queued session: the sessions it waits behind.
+    pub blocked_by: Option<Vec<i32>>,
+}
+
+impl LockHolder {
+    /// `ACCESS EXCLUSIVE` for `AccessExclusiveLock`.
+    fn mode_words(&self) -> String {
+        let name = self.mode.strip_suffix("Lock").unwrap_or(&self.mode);
+        let mut out = String::new();
+        for c in name.chars() {
+            if c.is_uppercase() && !out.is_empty() {
+                out.push(' ');
+            }
+            out.push(c.to_ascii_uppercase());
+        }
+        out
+    }
+}
+
+impl fmt::Display for LockHolder {
+    /// `session 42 (role admin, application psql, idle in transaction since
+    /// ..., query `LOCK ...`) holds ACCESS EXCLUSIVE on alk.jobs`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut about = Vec::new();
+        if let Some(role) = &self.role {
+            about.push(format!("role {role}"));
+        }
+        if let Some(application) = &self.application {
+            about.push(format!("application {application:?}"));
+        }
+        match (&self.state, &self.since) {
+            (Some(state), Some(since)) => about.push(format!("{state}, transaction since {since}")),
+            (Some(state), None) => about.push(state.clone()),
+            _ => about.push(
+                "its activity is hidden from this role (pg_read_all_stats shows it)".to_owned(),
+            ),
+        }
+        if let Some(query) = &self.query {
+            about.push(format!("query `{}`", one_line(query)));
+        }
+        write!(f, "session {} ({})", self.pid, about.join(", "))?;
+        let on = self
+            .relation
+            .as_ref()
+            .map(|relation| format!(" on {relation}"))
+            .unwrap_or_default();
+        if self.granted {
+            write!(f, " holds {}{on}", self.mode_words())
+        } else {
+            let behind: Vec<String> = self
+                .blocked_by
+                .iter()
+                .flatten()
+                .map(|pid| pid.to_string())
+                .collect();
+            write!(f, " is queued for {}{on}", self.mode_words())?;
+            if behind.is_empty() {
+                Ok(())
+            } else {
+                write!(f, " behind session {}", behind.join(", "))
+            }
+        }
+    }
+}
+
+fn lock_timeout_message(kind: &ErrorKind) -> String {
+    let ErrorKind::LockTimeout {
+        doing,
+        waiting_for,
+        target,
+        holders,
+        timeout,
+        in_transaction,
+        ..
+    } = kind
+    else {
+        return String::new();
+    };
+    let mut relations: Vec<&str> = holders
+        .iter()
+        .filter_map(|h| h.relation.as_deref())
+        .collect();
+    relations.dedup();
+    let what = match target {
+        Some(LockTarget::SchemaRelations { .. }) if !relations.is_empty() => {
+            format!("ACCESS SHARE on {}", relations.join(" and "))
+        }
+        _ => waiting_for.clone(),
+    };
+    let mut text = format!(
+        "gave up after {} (lock_timeout) {doing}: waiting for {what}",
+        duration_words(*timeout)
+    );
+    if !holders.is_empty() {
+        let list: Vec<String> = holders.iter().map(ToString::to_string).collect();
+        text.push_str(&format!("; {}", list.join("; ")));
+    } else if target.is_some() {
+        text.push_str(
+            "; no other session held or awaited it any more when schema-gen looked, so it was \
+             released just after",
+        );
+    }
+    text.push_str("; ");
+    if *in_transaction {
+        text.push_str("the bootstrap transaction was rolled back, ");
+    }
+    text.push_str("nothing was changed: ");
+    let pids: Vec<String> = holders
+        .iter()
+        .filter(|h| h.granted)
+        .map(|h| h.pid.to_string())
+        .collect();
+    if pids.is_empty() {
+        text.push_str("retry once the lock is released");
+    } else {
+        text.push_str(&format!(
+            "retry once that session ends, or end it with SELECT pg_terminate_backend({})",
+            pids.join("), pg_terminate_backend(")
+        ));
+    }
+    text
+}
+
+fn created_differs_message(schema: &SchemaName, differences: &[Difference]) -> String {
+    let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
+    format!(
+        "the bootstrap statements for schema {schema} ran, but what they created differs from \
+         the model: {}; something in this database changes objects as they are created (an \
+         event trigger, for one: see SELECT evtname FROM pg_event_trigger), or schema-gen's SQL \
+         and model disagree (a bug); the transaction was rolled back, nothing was changed",
+        list.join("; ")
+    )
 }
 
 impl fmt::Display for Error {
@@ -163,10 +399,14 @@ pub(crate) struct Step {
     pub doing: String,
     /// The privilege the step needs, if it needs one.
     pub privilege: Option<String>,
-    /// What a lock wait in this step waits for.
+    /// What a lock wait in this step waits for, in words.
     pub waiting_for: Option<String>,
+    /// What a lock wait in this step waits for, to ask PostgreSQL who holds it.
+    pub lock: Option<LockTarget>,
     /// The `lock_timeout` in force during the step.
-    pub timeout: Option<String>,
+    pub timeout: Option<Duration>,
+    /// Whether the step runs in the bootstrap transaction.
+    pub in_transaction: bool,
 }
 
 /// Who runs the steps and for which schema, for the wording of errors.
@@ -237,11 +477,22 @@ pub(crate) fn is_connection_loss(err: &tokio_postgres::Error) -> bool {
 /// [`ErrorKind::Query`].
 pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Context) -> Error {
     let code = err.code().cloned();
-    let kind = if is_connection_loss(&err) {
+    let kind = if is_statement_pooling(&err) {
+        ErrorKind::StatementPooling {
+            doing: step.doing.clone(),
+            detail: detail(&err),
+            source: err,
+        }
+    } else if is_connection_loss(&err) {
+        let committed = if step.in_transaction {
+            "nothing was committed (bootstrap runs in one transaction)"
+        } else {
+            "nothing was changed"
+        };
         ErrorKind::Connection {
             message: format!(
-                "lost the connection to PostgreSQL while {}: {}; nothing was committed \
-                 (bootstrap runs in one transaction), so it is safe to retry",
+                "lost the connection to PostgreSQL while {}: {}; {committed}, so it is safe to \
+                 retry",
                 step.doing,
                 detail(&err)
             ),
@@ -263,14 +514,15 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
         }
     } else if code == Some(SqlState::LOCK_NOT_AVAILABLE) {
         ErrorKind::LockTimeout {
+            doing: step.doing.clone(),
             waiting_for: step
                 .waiting_for
                 .clone()
-                .unwrap_or_else(|| format!("a lock while {}", step.doing)),
-            timeout: step
-                .timeout
-                .clone()
-                .unwrap_or_else(|| "the session's lock_timeout".to_owned()),
+                .unwrap_or_else(|| "a lock".to_owned()),
+            target: step.lock.clone(),
+            holders: Vec::new(),
+            timeout: step.timeout.unwrap_or(crate::render::DEFAULT_LOCK_TIMEOUT),
+            in_transaction: step.in_transaction,
             source: err,
         }
     } else {
@@ -281,6 +533,14 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
         }
     };
     kind.into()
+}
+
+/// pgbouncer's refusal of a transaction in statement pooling mode (`FATAL:
+/// transaction blocks not allowed in statement pooling mode`, SQLSTATE
+/// 08P01): it comes as a connection error, but retrying cannot help.
+pub(crate) fn is_statement_pooling(err: &tokio_postgres::Error) -> bool {
+    err.as_db_error()
+        .is_some_and(|db| db.message().contains("statement pooling mode"))
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 //!
 //! Against a live server: [`bootstrap()`] creates what is missing or proves,
 //! in one catalog read, that everything is there; [`verify()`] lists how a
-//! live schema differs from the model; both fail with an [`Error`] whose
-//! [`ErrorKind`] says what is wrong and what to do.
+//! live schema differs from the model; both wait for a lock at most
+//! [`Options::lock_timeout`] ([`bootstrap_with`], [`verify_with`]) and fail
+//! with an [`Error`] whose [`ErrorKind`] says what is wrong and what to do.
 
 #![deny(missing_docs)]
 
@@ -21,9 +22,11 @@ pub mod connect;
 pub mod describe;
 pub mod difference;
 pub mod error;
+pub mod options;
 pub mod render;
 pub mod verify;
 
-pub use bootstrap::{Outcome, bootstrap};
+pub use bootstrap::{Outcome, bootstrap, bootstrap_with};
 pub use error::{Error, ErrorKind};
-pub use verify::{Difference, verify};
+pub use options::Options;
+pub use verify::{Difference, verify, verify_with};

@@ -20,12 +20,16 @@ use sea_query::{
     Alias, Check, ColumnDef, Condition, ConditionalStatement, Expr, ExprTrait, Index,
     IndexCreateStatement, IndexOrder, PostgresQueryBuilder, Table, TableCreateStatement,
 };
+use std::time::Duration;
+
 use serde::Serialize;
 
 use schema_model::{
     CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SqlType, StorageParameter,
     TableModel, TableVisitor, visit_engine_family,
 };
+
+use crate::Options;
 
 /// What a bootstrap statement creates or documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -119,10 +123,12 @@ pub fn advisory_lock_statement(schema: &SchemaName) -> String {
     )
 }
 
-/// The default `lock_timeout` of a bootstrap transaction: no wait is unbounded.
-pub const DEFAULT_LOCK_TIMEOUT: &str = "5s";
+/// The default bound of every lock wait: of the printed script, of the
+/// creating transaction and of the steady-state catalog read
+/// ([`Options::default`](crate::Options)).
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The statement that bounds every lock wait of the bootstrap transaction to
+/// The statement that bounds every lock wait of the printed script to
 /// [`DEFAULT_LOCK_TIMEOUT`]; it must run first, before the advisory lock.
 ///
 /// ```
@@ -132,8 +138,42 @@ pub const DEFAULT_LOCK_TIMEOUT: &str = "5s";
 /// );
 /// ```
 pub fn lock_timeout_statement() -> String {
-    format!("SET LOCAL lock_timeout = '{DEFAULT_LOCK_TIMEOUT}'")
+    format!(
+        "SET LOCAL lock_timeout = '{}'",
+        Options::default().lock_timeout_setting()
+    )
 }
+
+/// The statements that bound the current transaction (an explicit one, or
+/// the implicit one of a multi-statement simple query): every lock wait to
+/// `options.lock_timeout`, every statement to that plus
+/// [`STATEMENT_ALLOWANCE`](crate::options::STATEMENT_ALLOWANCE), whatever
+/// the role's own settings say. `SET LOCAL`, so nothing outlives the transaction.
+///
+/// ```
+/// use std::time::Duration;
+/// use schema_gen::{Options, render::bounds_statement};
+///
+/// let options = Options { lock_timeout: Duration::from_millis(250) };
+/// assert_eq!(
+///     bounds_statement(&options),
+///     "SET LOCAL lock_timeout = '250ms'; SET LOCAL statement_timeout = '10250ms'"
+/// );
+/// ```
+pub fn bounds_statement(options: &Options) -> String {
+    format!(
+        "SET LOCAL lock_timeout = '{}'; SET LOCAL statement_timeout = '{}'",
+        options.lock_timeout_setting(),
+        options.statement_timeout_setting()
+    )
+}
+
+/// The table access method every engine table is created with, spelled out
+/// in each `CREATE TABLE` (`USING heap`) so a database whose
+/// `default_table_access_method` says otherwise still gets the tables the
+/// hot paths were designed for (HOT updates, fillfactor, visibility map), and
+/// verified, so a table moved with `ALTER TABLE ... SET ACCESS METHOD` is drift.
+pub const TABLE_ACCESS_METHOD: &str = "heap";
 
 /// The whole bootstrap as a psql-runnable script: one transaction, the
 /// advisory lock, a bounded `lock_timeout`, then [`bootstrap_statements`],
@@ -172,7 +212,9 @@ impl TableVisitor for Renderer {
             object: table.clone(),
             sql: one_clause_per_line(
                 &create_table::<T>(&self.schema).to_string(PostgresQueryBuilder),
-            ) + &storage_clause::<T>(),
+            ) + " USING "
+                + TABLE_ACCESS_METHOD
+                + &storage_clause::<T>(),
         });
         for (name, index) in create_indexes::<T>(&self.schema) {
             self.statements.push(Statement {
@@ -225,8 +267,8 @@ fn storage_clause<T: TableModel>() -> String {
 }
 
 /// The `CREATE TABLE IF NOT EXISTS` statement of one table, without its
-/// storage parameters (sea-query does not express `WITH (...)` for
-/// PostgreSQL; the bootstrap statement appends them).
+/// access method and storage parameters (sea-query expresses neither `USING`
+/// nor `WITH (...)` for PostgreSQL; the bootstrap statement appends them).
 pub fn create_table<T: TableModel>(schema: &SchemaName) -> TableCreateStatement {
     let mut create = Table::create();
     create.table(table_ref::<T>(schema)).if_not_exists();

@@ -8,40 +8,84 @@
 //! the server would print.
 //!
 //! The comparison is strict: the engine schema is engine-owned, so anything
-//! in it that the model does not declare (an extra table, column, index or
-//! constraint) is a difference too. Comments are compared as well, but a
-//! comment difference is documentation only ([`Difference::is_comment`]):
-//! `check` reports it, bootstrap does not refuse over it.
+//! in it that the model does not declare is a difference too. What is
+//! compared, and why each matters to what the engine reads or writes:
+//!
+//! - **relations**: every relation of the schema (tables, views,
+//!   materialized views, foreign and partitioned tables, sequences that no
+//!   identity column owns) and every other object in it (functions,
+//!   procedures, types, operators, collations, extensions, ...): the model
+//!   declares its tables and nothing else;
+//! - **per table**: kind and persistence (an unlogged table loses its rows
+//!   in a crash), access method (`heap`), storage parameters exactly
+//!   (`reloptions` and the TOAST table's `toast.*`: the model declares the
+//!   ones it wants, any other is a difference), row-level security (enabled
+//!   or forced: rows silently filtered) and policies, inheritance parents and
+//!   partitioning (inserts refused or routed) and children (reads, updates
+//!   and deletes reach their rows), non-internal triggers and rules (they can
+//!   rewrite or drop what the engine writes);
+//! - **per column**: type, nullability, default / identity / generation,
+//!   collation (comparisons and ordering), and every option of an identity
+//!   column's sequence (type, start, increment, min, max, cache, cycle,
+//!   logging: a sequence that counts backwards, cycles, caches per session or
+//!   restarts after a crash breaks "ids and fences only grow");
+//! - **constraints** of every kind (primary key, `CHECK`, `UNIQUE`, foreign
+//!   key, exclusion) by their `pg_get_constraintdef`, and **indexes** by
+//!   their whole `pg_get_indexdef` (key order, collation, operator class,
+//!   `INCLUDE`, `WITH`, `WHERE`) and validity.
+//!
+//! Comments are compared as well, but a comment difference is documentation
+//! only ([`Difference::is_comment`]): `check` reports it without failing,
+//! bootstrap does not refuse over it.
+//!
+//! Not compared, on purpose: ownership and grants (they differ by deployment
+//! on the documented DBA path, and a missing privilege fails loudly),
+//! replica identity and publication membership (set for replication and
+//! CDC, they never change a row the engine reads or writes), tablespaces,
+//! column statistics targets, storage and compression modes, and clustering
+//! (where bytes live and how plans are costed, not what the rows are).
 
-use tokio_postgres::GenericClient;
+use tokio_postgres::Client;
 
-use schema_model::{SchemaName, TableDescription, engine_family};
+use schema_model::description::pg_ident;
+use schema_model::{ColumnDescription, SchemaName, TableDescription, engine_family};
 
-use crate::catalog::{self, LiveCatalog, LiveColumn, LiveRelation};
+use crate::Options;
+use crate::catalog::{self, LiveCatalog, LiveColumn, LiveRelation, LiveSequence};
 pub use crate::difference::Difference;
-use crate::error::Error;
-use crate::render::SCHEMA_DOC;
+use crate::error::{Error, one_line};
+use crate::render::{SCHEMA_DOC, TABLE_ACCESS_METHOD};
 
-/// Returns the differences between the live catalog of `schema` and the
-/// model, in one round trip that only reads `pg_catalog` (see
-/// [`catalog::read`]). Empty means the schema matches the model exactly,
-/// comments included. A schema that does not exist is one difference,
-/// [`Difference::MissingSchema`].
+/// [`verify_with`] under the default [`Options`] (a 5 s lock bound).
 ///
 /// # Errors
 ///
-/// As [`catalog::read`]: a lost connection, a lock timeout, a server error or
-/// an undecodable reply.
-pub async fn verify<C: GenericClient + Sync>(
-    client: &C,
+/// As [`verify_with`].
+pub async fn verify(client: &Client, schema: &SchemaName) -> Result<Vec<Difference>, Error> {
+    verify_with(client, schema, &Options::default()).await
+}
+
+/// Returns the differences between the live catalog of `schema` and the
+/// model, in one round trip that only reads `pg_catalog` and waits for a
+/// lock at most `options.lock_timeout` (see [`catalog::read`]). Empty means
+/// the schema matches the model exactly, comments included. A schema that
+/// does not exist is one difference, [`Difference::MissingSchema`].
+///
+/// # Errors
+///
+/// As [`catalog::read`]: a lost connection, a lock timeout (naming the
+/// session that holds the lock), a server error or an undecodable reply.
+pub async fn verify_with(
+    client: &Client,
     schema: &SchemaName,
+    options: &Options,
 ) -> Result<Vec<Difference>, Error> {
-    let live = catalog::read(client, schema).await?;
+    let live = catalog::read(client, schema, options).await?;
     Ok(compare(&live, schema, &engine_family()))
 }
 
 /// Compares a live catalog with a model, table by table in model order, then
-/// the relations the model does not declare.
+/// the relations and other objects the model does not declare.
 ///
 /// ```
 /// use schema_gen::catalog::LiveCatalog;
@@ -53,6 +97,7 @@ pub async fn verify<C: GenericClient + Sync>(
 ///     database: "app".into(),
 ///     schema: None,
 ///     relations: vec![],
+///     objects: vec![],
 /// };
 /// let schema = SchemaName::new("alk").unwrap();
 /// assert_eq!(
@@ -82,18 +127,34 @@ pub fn compare(
             None => out.push(Difference::MissingTable {
                 table: table.name.clone(),
             }),
-            Some(relation) => compare_table(&mut out, relation, table),
+            Some(relation) => compare_table(&mut out, live, relation, table, schema),
         }
     }
     for relation in &live.relations {
-        if !model.iter().any(|t| t.name == relation.name) {
+        if !model.iter().any(|t| t.name == relation.name) && !is_identity_sequence(relation) {
             out.push(Difference::ExtraRelation {
                 name: relation.name.clone(),
                 what: relation_what(relation),
             });
         }
     }
+    for object in &live.objects {
+        out.push(Difference::ExtraObject {
+            object: object.clone(),
+        });
+    }
     out
+}
+
+/// An identity column's own sequence: it belongs to its column, whose
+/// identity options are compared there (or whose table is reported whole).
+fn is_identity_sequence(relation: &LiveRelation) -> bool {
+    relation.kind == "S"
+        && relation
+            .sequence
+            .as_ref()
+            .and_then(|s| s.owner.as_ref())
+            .is_some_and(|owner| owner.identity)
 }
 
 /// `table`, `unlogged table`, `view`, ...
@@ -104,6 +165,7 @@ fn relation_what(relation: &LiveRelation) -> String {
         "v" => "view",
         "m" => "materialized view",
         "f" => "foreign table",
+        "S" => "sequence",
         _ => "relation",
     };
     match relation.persistence.as_str() {
@@ -124,12 +186,58 @@ fn relation_word(relation: &LiveRelation) -> String {
     format!("{article} {what}")
 }
 
-fn compare_table(out: &mut Vec<Difference>, live: &LiveRelation, model: &TableDescription) {
+fn compare_table(
+    out: &mut Vec<Difference>,
+    catalog: &LiveCatalog,
+    live: &LiveRelation,
+    model: &TableDescription,
+    schema: &SchemaName,
+) {
     let table = &model.name;
     if live.kind != "r" || live.persistence != "p" {
         out.push(Difference::RelationKind {
             table: table.clone(),
             found: relation_word(live),
+        });
+    }
+    if let Some(found) = &live.access_method
+        && found != TABLE_ACCESS_METHOD
+    {
+        out.push(Difference::AccessMethod {
+            table: table.clone(),
+            found: found.clone(),
+            expected: TABLE_ACCESS_METHOD.to_owned(),
+        });
+    }
+    let mut found_parameters = live.options.clone();
+    found_parameters.sort();
+    let mut expected_parameters = model.storage_parameters.clone();
+    expected_parameters.sort();
+    if found_parameters != expected_parameters {
+        out.push(Difference::StorageParameters {
+            table: table.clone(),
+            found: found_parameters,
+            expected: expected_parameters,
+        });
+    }
+    if live.row_security || live.force_row_security {
+        out.push(Difference::RowSecurity {
+            table: table.clone(),
+            enabled: live.row_security,
+            forced: live.force_row_security,
+        });
+    }
+    for parent in &live.parents {
+        out.push(Difference::Parent {
+            table: table.clone(),
+            parent: parent.name.clone(),
+            partition_bound: parent.partition_bound.clone(),
+        });
+    }
+    for child in &live.children {
+        out.push(Difference::Child {
+            table: table.clone(),
+            child: child.clone(),
         });
     }
     comment(out, format!("table {table}"), &live.comment, &model.doc);
@@ -142,36 +250,13 @@ fn compare_table(out: &mut Vec<Difference>, live: &LiveRelation, model: &TableDe
             });
             continue;
         };
-        if found.sql_type != column.sql_type {
-            out.push(Difference::ColumnType {
-                table: table.clone(),
-                column: column.name.clone(),
-                found: found.sql_type.clone(),
-                expected: column.sql_type.clone(),
-            });
-        }
-        if found.not_null == column.nullable {
-            out.push(Difference::Nullability {
-                table: table.clone(),
-                column: column.name.clone(),
-                found_nullable: !found.not_null,
-            });
-        }
-        let found_source = live_source(found);
-        let expected_source = model_source(column);
-        if found_source != expected_source {
-            out.push(Difference::ColumnSource {
-                table: table.clone(),
-                column: column.name.clone(),
-                found: found_source,
-                expected: expected_source,
-            });
-        }
-        comment(
+        compare_column(
             out,
-            format!("column {table}.{}", column.name),
-            &found.comment,
-            &column.doc,
+            table,
+            live,
+            catalog.identity_sequence(table, &column.name),
+            found,
+            column,
         );
     }
     for found in &live.columns {
@@ -221,12 +306,19 @@ fn compare_table(out: &mut Vec<Difference>, live: &LiveRelation, model: &TableDe
                 expected: index.definition.clone(),
             }),
             Some(found) => {
-                let definition = found.comparable_definition();
-                if definition != index.definition {
+                let expected = index_definition(schema, table, &index.name, &index.definition);
+                if found.definition != expected {
+                    let prefix_matches = expected
+                        .strip_suffix(index.definition.as_str())
+                        .is_some_and(|prefix| found.definition.starts_with(prefix));
                     out.push(Difference::IndexDefinition {
                         table: table.clone(),
                         index: index.name.clone(),
-                        found: definition,
+                        found: if prefix_matches {
+                            found.from_using()
+                        } else {
+                            found.definition.clone()
+                        },
                         expected: index.definition.clone(),
                     });
                 }
@@ -244,10 +336,160 @@ fn compare_table(out: &mut Vec<Difference>, live: &LiveRelation, model: &TableDe
             out.push(Difference::ExtraIndex {
                 table: table.clone(),
                 index: found.name.clone(),
-                found: found.comparable_definition(),
+                found: found.from_using(),
             });
         }
     }
+
+    for trigger in &live.triggers {
+        out.push(Difference::ExtraTrigger {
+            table: table.clone(),
+            trigger: trigger.name.clone(),
+            definition: one_line(&trigger.definition),
+            disabled: trigger.enabled == "D",
+        });
+    }
+    for rule in &live.rules {
+        // pg_get_ruledef breaks lines and ends with `;`.
+        let definition = one_line(&rule.definition);
+        out.push(Difference::ExtraRule {
+            table: table.clone(),
+            rule: rule.name.clone(),
+            definition: definition.trim_end_matches(';').to_owned(),
+        });
+    }
+    for policy in &live.policies {
+        out.push(Difference::ExtraPolicy {
+            table: table.clone(),
+            policy: policy.name.clone(),
+            definition: policy.describe(),
+        });
+    }
+}
+
+fn compare_column(
+    out: &mut Vec<Difference>,
+    table: &str,
+    live_table: &LiveRelation,
+    identity_sequence: Option<&LiveSequence>,
+    found: &LiveColumn,
+    column: &ColumnDescription,
+) {
+    let table = table.to_owned();
+    if found.sql_type != column.sql_type {
+        out.push(Difference::ColumnType {
+            table: table.clone(),
+            column: column.name.clone(),
+            found: found.sql_type.clone(),
+            expected: column.sql_type.clone(),
+        });
+    }
+    if found.not_null == column.nullable {
+        out.push(Difference::Nullability {
+            table: table.clone(),
+            column: column.name.clone(),
+            found_nullable: !found.not_null,
+        });
+    }
+    let found_source = live_source(found);
+    let expected_source = model_source(column);
+    if found_source != expected_source {
+        out.push(Difference::ColumnSource {
+            table: table.clone(),
+            column: column.name.clone(),
+            found: found_source,
+            expected: expected_source,
+        });
+    }
+    if let Some(collation) = &found.collation {
+        out.push(Difference::Collation {
+            table: table.clone(),
+            column: column.name.clone(),
+            found: collation.clone(),
+        });
+    }
+    if column.identity.is_some()
+        && let Some(sequence) = identity_sequence
+    {
+        let expected = model_identity(&column.sql_type, &live_table.persistence);
+        for (found, expected) in identity_words(sequence)
+            .into_iter()
+            .zip(identity_words(&expected))
+        {
+            if found != expected {
+                out.push(Difference::IdentityOption {
+                    table: table.clone(),
+                    column: column.name.clone(),
+                    found,
+                    expected,
+                });
+            }
+        }
+    }
+    comment(
+        out,
+        format!("column {table}.{}", column.name),
+        &found.comment,
+        &column.doc,
+    );
+}
+
+/// The whole `pg_get_indexdef` a model index has: `CREATE [UNIQUE] INDEX
+/// name ON schema.table` and the model's definition from `USING` on.
+fn index_definition(schema: &SchemaName, table: &str, name: &str, definition: &str) -> String {
+    let (unique, definition) = match definition.strip_prefix("UNIQUE ") {
+        Some(rest) => ("UNIQUE ", rest),
+        None => ("", definition),
+    };
+    format!(
+        "CREATE {unique}INDEX {} ON {}.{} {definition}",
+        pg_ident(name),
+        pg_ident(schema.as_str()),
+        pg_ident(table)
+    )
+}
+
+/// The sequence PostgreSQL makes for `GENERATED ALWAYS AS IDENTITY` on a
+/// column of `sql_type` with no sequence options (what the model renders):
+/// from 1 up by 1 to the type's maximum, no cache, no cycle, logged like its
+/// table (the table's own persistence is compared on its own).
+fn model_identity(sql_type: &str, table_persistence: &str) -> LiveSequence {
+    let max = match sql_type {
+        "smallint" => i64::from(i16::MAX),
+        "integer" => i64::from(i32::MAX),
+        _ => i64::MAX,
+    };
+    LiveSequence {
+        owner: None,
+        sql_type: sql_type.to_owned(),
+        start: 1,
+        increment: 1,
+        min: 1,
+        max,
+        cache: 1,
+        cycle: false,
+        persistence: table_persistence.to_owned(),
+    }
+}
+
+/// A sequence's options in `CREATE SEQUENCE` words, one per option, in a
+/// fixed order.
+fn identity_words(sequence: &LiveSequence) -> Vec<String> {
+    vec![
+        format!("AS {}", sequence.sql_type),
+        format!("START WITH {}", sequence.start),
+        format!("INCREMENT BY {}", sequence.increment),
+        format!("MINVALUE {}", sequence.min),
+        format!("MAXVALUE {}", sequence.max),
+        format!("CACHE {}", sequence.cache),
+        if sequence.cycle { "CYCLE" } else { "NO CYCLE" }.to_owned(),
+        if sequence.persistence == "u" {
+            "UNLOGGED"
+        } else {
+            "LOGGED"
+        }
+        .to_owned(),
+    ]
 }
 
 fn comment(out: &mut Vec<Difference>, object: String, found: &Option<String>, expected: &str) {
@@ -276,7 +518,7 @@ fn live_source(column: &LiveColumn) -> String {
 }
 
 /// Where a model column's value comes from, in the same words as [`live_source`].
-fn model_source(column: &schema_model::ColumnDescription) -> String {
+fn model_source(column: &ColumnDescription) -> String {
     match (&column.identity, &column.generated, &column.default) {
         (Some(identity), _, _) => {
             format!("GENERATED {} AS IDENTITY", identity.to_uppercase())
@@ -290,17 +532,19 @@ fn model_source(column: &schema_model::ColumnDescription) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::catalog::{LiveConstraint, LiveIndex, LiveSchema};
+    use crate::catalog::{LiveConstraint, LiveIndex, LiveOwner, LiveSchema};
 
     /// The catalog PostgreSQL would report for a schema created from the
     /// model: the fixture every comparison test mutates.
     pub(crate) fn perfect(schema: &SchemaName) -> LiveCatalog {
-        let relations = engine_family()
+        let mut relations: Vec<LiveRelation> = engine_family()
             .into_iter()
             .map(|t| LiveRelation {
                 name: t.name.clone(),
                 kind: "r".into(),
                 persistence: "p".into(),
+                access_method: Some("heap".into()),
+                options: t.storage_parameters.clone(),
                 comment: Some(t.doc.clone()),
                 columns: t
                     .columns
@@ -320,6 +564,7 @@ pub(crate) mod tests {
                         },
                         expression: c.generated.clone().or_else(|| c.default.clone()),
                         comment: Some(c.doc.clone()),
+                        ..LiveColumn::default()
                     })
                     .collect(),
                 indexes: t
@@ -331,7 +576,6 @@ pub(crate) mod tests {
                             "CREATE INDEX {} ON {schema}.{} {}",
                             i.name, t.name, i.definition
                         ),
-                        unique: false,
                         valid: true,
                     })
                     .collect(),
@@ -347,8 +591,28 @@ pub(crate) mod tests {
                         definition: c.definition.clone(),
                     })
                     .collect(),
+                ..LiveRelation::default()
             })
             .collect();
+        // Each identity column's own sequence, as PostgreSQL names it.
+        for t in engine_family() {
+            for c in t.columns.iter().filter(|c| c.identity.is_some()) {
+                relations.push(LiveRelation {
+                    name: format!("{}_{}_seq", t.name, c.name),
+                    kind: "S".into(),
+                    persistence: "p".into(),
+                    sequence: Some(LiveSequence {
+                        owner: Some(LiveOwner {
+                            table: t.name.clone(),
+                            column: c.name.clone(),
+                            identity: true,
+                        }),
+                        ..model_identity(&c.sql_type, "p")
+                    }),
+                    ..LiveRelation::default()
+                });
+            }
+        }
         LiveCatalog {
             role: "app".into(),
             database: "app".into(),
@@ -356,6 +620,7 @@ pub(crate) mod tests {
                 comment: Some(SCHEMA_DOC.into()),
             }),
             relations,
+            objects: vec![],
         }
     }
 
@@ -413,11 +678,7 @@ pub(crate) mod tests {
         jobs.columns.push(LiveColumn {
             name: "foo".into(),
             sql_type: "text".into(),
-            not_null: false,
-            identity: String::new(),
-            generated: String::new(),
-            expression: None,
-            comment: None,
+            ..LiveColumn::default()
         });
         assert_eq!(
             diff(&live),
@@ -480,7 +741,6 @@ pub(crate) mod tests {
         jobs.indexes.push(LiveIndex {
             name: "jobs_mine_idx".into(),
             definition: "CREATE UNIQUE INDEX jobs_mine_idx ON alk.jobs USING btree (queue)".into(),
-            unique: true,
             valid: true,
         });
         jobs.constraints
@@ -521,10 +781,7 @@ pub(crate) mod tests {
             name: "orders".into(),
             kind: "v".into(),
             persistence: "p".into(),
-            comment: None,
-            columns: vec![],
-            indexes: vec![],
-            constraints: vec![],
+            ..LiveRelation::default()
         });
         live.schema = Some(LiveSchema {
             comment: Some("mine".into()),

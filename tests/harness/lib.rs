@@ -9,6 +9,7 @@ pub mod clickhouse;
 pub mod dump;
 pub mod names;
 pub mod pg;
+pub mod pgbouncer;
 pub mod queries;
 pub mod snapshots;
 pub mod tls;

@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use schema_model::SchemaName;
@@ -11,8 +12,8 @@ use schema_model::SchemaName;
 use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name};
 use crate::connect::Environment;
 use crate::error::{self, ErrorKind};
-use crate::verify::{Difference, verify};
-use crate::{Outcome, bootstrap};
+use crate::verify::{Difference, verify_with};
+use crate::{Options, Outcome, bootstrap_with};
 
 /// Where `apply` and `check` connect, which schema they look at, and how
 /// they report.
@@ -30,6 +31,23 @@ pub struct DatabaseArgs {
     /// Text for people, JSON (stable) for tools.
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
+    /// How long to wait for a lock (e.g. 300ms, 5s, 1m) before giving up with
+    /// exit 2 and naming the session that holds it; check and a steady-state
+    /// apply wait only behind ACCESS EXCLUSIVE on an engine table.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_lock_timeout)]
+    pub lock_timeout: Duration,
+}
+
+/// `300ms`, `5s`, `1m 30s`, ...: jiff's friendly duration format. Zero is
+/// refused: PostgreSQL reads a zero `lock_timeout` as "wait forever".
+fn parse_lock_timeout(text: &str) -> Result<Duration, String> {
+    let duration = jiff::fmt::friendly::SpanParser::new()
+        .parse_unsigned_duration(text)
+        .map_err(|err| format!("{err} (write e.g. 300ms, 5s or 1m)"))?;
+    if duration < Duration::from_millis(1) {
+        return Err("it must be at least 1ms (0 would mean: wait forever)".to_owned());
+    }
+    Ok(duration)
 }
 
 /// Output format of `apply` and `check`.
@@ -73,11 +91,11 @@ pub(super) fn run(
         Ok(schema) => schema,
         Err(message) => return fail(stderr, &message),
     };
-    let options = match connection::options(args.database_url.as_deref(), env) {
-        Ok(options) => options,
+    let connection = match connection::options(args.database_url.as_deref(), env) {
+        Ok(connection) => connection,
         Err(message) => return fail(stderr, &message),
     };
-    for warning in options.warnings() {
+    for warning in connection.warnings() {
         let _ = writeln!(stderr, "schema-gen: warning: {warning}");
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -87,27 +105,40 @@ pub(super) fn run(
         Ok(runtime) => runtime,
         Err(err) => return fail(stderr, &format!("cannot start the async runtime: {err}")),
     };
+    let bounds = Options {
+        lock_timeout: args.lock_timeout,
+    };
     let result = runtime.block_on(async {
-        let mut client = options.connect().await?;
+        let mut client = connection.connect().await?;
         match action {
-            Action::Apply => bootstrap(&mut client, &schema).await.map(Report::Applied),
-            Action::Check => verify(&client, &schema).await.map(Report::Checked),
+            Action::Apply => bootstrap_with(&mut client, &schema, &bounds)
+                .await
+                .map(Report::Applied),
+            Action::Check => verify_with(&client, &schema, &bounds)
+                .await
+                .map(Report::Checked),
         }
     });
     let json = args.format == ReportFormat::Json;
     let (text, code) = match result {
         Ok(Report::Applied(outcome)) if json => (report::apply_json(&outcome), ExitCode::SUCCESS),
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
-        Ok(Report::Checked(differences)) if json => (
-            report::check_json(&schema, &differences),
-            if differences.is_empty() {
+        // Comments do not change what the engine reads or writes: a check
+        // that finds nothing but stale or missing ones passes, and lists them.
+        Ok(Report::Checked(differences)) if json => {
+            let code = if differences.iter().all(Difference::is_comment) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(EXIT_DRIFT)
-            },
-        ),
+            };
+            (report::check_json(&schema, &differences), code)
+        }
         Ok(Report::Checked(differences)) if differences.is_empty() => (
             format!("schema {schema} matches the model\n"),
+            ExitCode::SUCCESS,
+        ),
+        Ok(Report::Checked(differences)) if differences.iter().all(Difference::is_comment) => (
+            report::comments_text(&schema, &differences),
             ExitCode::SUCCESS,
         ),
         Ok(Report::Checked(differences)) => (
@@ -149,11 +180,15 @@ fn write_out(
     text: &str,
     code: ExitCode,
 ) -> ExitCode {
-    match stdout.write_all(text.as_bytes()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Ok(()) => code,
         Err(err) => {
+            // Not 1: that would read as drift.
             let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }

@@ -36,9 +36,13 @@ Examples:
   PGHOST=db PGUSER=app PGDATABASE=app PGSSLMODE=require schema-gen check --format json
                                               libpq's PG* variables and ~/.pgpass, as psql reads them
 
-Exit codes: 0 success (check: the schema matches the model), 1 drift (check: differences
-listed on stdout; apply: refused, nothing changed), 2 any error: usage, refused input,
-unreachable server, missing privilege.";
+  schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
+                                              the session that holds it)
+
+Exit codes: 0 success (check: the schema matches the model; comments that differ are listed
+as documentation only and do not fail it), 1 drift (check: differences listed on stdout;
+apply: refused, nothing changed), 2 any error: usage, refused input, unreachable server,
+missing privilege, a lock held past --lock-timeout, output that cannot be written.";
 
 /// Prints, describes, applies and checks alkstore's engine schema.
 #[derive(Debug, Parser)]
@@ -74,7 +78,7 @@ pub enum Command {
     /// current (what the engine does at open): one transaction, refuses on drift.
     Apply(DatabaseArgs),
     /// Compare a live PostgreSQL database with the model and print every
-    /// difference (exit 0 when it matches, 1 when it differs).
+    /// difference (exit 0 when it matches, comments aside; 1 when it differs).
     Check(DatabaseArgs),
 }
 
@@ -177,11 +181,14 @@ fn print(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     match result {
-        Ok(output) => match stdout.write_all(output.as_bytes()) {
+        Ok(output) => match stdout
+            .write_all(output.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
-                ExitCode::FAILURE
+                ExitCode::from(EXIT_USAGE)
             }
         },
         Err(message) => {

@@ -73,10 +73,13 @@ fn json(value: &impl Serialize) -> String {
 }
 
 /// `check`'s report.
+///
+/// `matches` is true when nothing but documentation differs: comments never
+/// change what the engine reads or writes, and `check` then exits 0.
 pub(super) fn check_json(schema: &SchemaName, found: &[Difference]) -> String {
     json(&CheckReport {
         schema: schema.as_str(),
-        matches: found.is_empty(),
+        matches: found.iter().all(Difference::is_comment),
         differences: differences(found),
     })
 }
@@ -136,6 +139,25 @@ pub(super) fn differences_text(
             ""
         };
         out.push_str(&format!("  {difference}{note}\n"));
+    }
+    out
+}
+
+/// `schema x matches the model; N comments differ ...:` and one per line:
+/// what a passing `check` prints when only documentation differs.
+pub(super) fn comments_text(schema: &SchemaName, differences: &[Difference]) -> String {
+    let one = differences.len() == 1;
+    let mut out = format!(
+        "schema {schema} matches the model; {} comment{} differ{} (documentation only, so check \
+         passes; `schema-gen sql --schema {schema} | psql -v ON_ERROR_STOP=1` run by the owner \
+         refreshes {}):\n",
+        differences.len(),
+        if one { "" } else { "s" },
+        if one { "s" } else { "" },
+        if one { "it" } else { "them" },
+    );
+    for difference in differences {
+        out.push_str(&format!("  {difference}\n"));
     }
     out
 }
