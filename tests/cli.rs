@@ -84,7 +84,7 @@ fn describe_json_is_the_family_for_tools() {
     assert_eq!(claim["name"], "jobs_claim_idx");
     assert_eq!(
         claim["definition"],
-        "USING btree (queue, priority DESC, run_at, id) WHERE (claimed_at IS NULL)"
+        "USING btree (queue, priority DESC, run_at, id) WHERE ((claimed_at IS NULL) AND ready)"
     );
 }
 
