@@ -387,7 +387,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "placeholders were asked for out of text order")]
     fn a_statement_that_asks_out_of_order_is_caught() {
-        use sea_query::{ExprTrait, Query};
+        use sea_query::Query;
         build("backwards", |b| {
             let second = b.now(2);
             let first = b.col(schema_model::Jobs::Queue, "q");
