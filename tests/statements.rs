@@ -875,3 +875,71 @@ async fn the_checkpoint_only_moves_forward() {
         "{refused}"
     );
 }
+
+/// A batch enqueues every job with every field (NULL expiries included) in
+/// one statement, ids in order; a batch ack deletes only the claims the
+/// worker still holds.
+#[tokio::test]
+async fn batches_enqueue_and_ack_like_their_single_job_statements() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = fresh_schema(&client, "batches").await;
+    let mut batch: Vec<Job> = PAYLOADS
+        .iter()
+        .enumerate()
+        .map(|(n, payload)| Job {
+            expires_at: (n % 2 == 0).then_some(NOW + n as i64),
+            ..job("b", payload, n as i32, NOW - n as i64)
+        })
+        .collect();
+    batch.push(job("b", b"later", 9, NOW + 60));
+    let ids: Vec<i64> = run(&client, &jobs::enqueue_many(&schema, &batch, NOW))
+        .await
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(ids.len(), batch.len());
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids in batch order: {ids:?}"
+    );
+    for (job, id) in batch.iter_mut().zip(&ids) {
+        job.id = *id;
+    }
+    // The job for later is not ready: the claim gets the five due ones.
+    let claimed = claim(&client, &schema, "b", "w", NOW).await;
+    assert_eq!(claimed.len(), PAYLOADS.len());
+    for job in &batch[..PAYLOADS.len()] {
+        let got = claimed
+            .iter()
+            .find(|c| c.id == job.id)
+            .unwrap_or_else(|| panic!("job {} not claimed", job.id));
+        assert_eq!(
+            got,
+            &Job {
+                attempts: 1,
+                worker_id: Some("w".into()),
+                claimed_at: Some(NOW),
+                claim_expires_at: Some(NOW + 30),
+                ..job.clone()
+            }
+        );
+    }
+    // One token is stale (wrong attempts): the batch ack leaves that job.
+    let mut tokens: Vec<(i64, i32)> = claimed.iter().map(|j| (j.id, j.attempts)).collect();
+    tokens[0].1 = 7;
+    assert_eq!(
+        count(&client, &jobs::ack_many(&schema, "someone-else", &tokens)).await,
+        0
+    );
+    assert_eq!(
+        count(&client, &jobs::ack_many(&schema, "w", &tokens)).await,
+        tokens.len() as u64 - 1
+    );
+    assert_eq!(
+        count(&client, &jobs::ack(&schema, tokens[0].0, "w", 1)).await,
+        1
+    );
+}

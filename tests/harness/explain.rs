@@ -10,7 +10,7 @@
 //! engine gets on its first executions (custom) or after the plan cache
 //! switches (generic): both must hold.
 
-use schema_gen::statements::Statement;
+use schema_gen::statements::{Param, Statement};
 use sea_query::{PostgresQueryBuilder, QueryBuilder};
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -47,6 +47,8 @@ pub struct Measured {
     pub node_types: Vec<String>,
     /// Every index a node scanned, or that an `ON CONFLICT` arbitrated on.
     pub indexes: Vec<String>,
+    /// Every table a node read (scanned, not just wrote).
+    pub tables_read: Vec<String>,
     /// The sum of "Rows Removed by Filter" (and by index recheck) over all nodes.
     pub rows_removed: i64,
     /// Rows the top node produced (or modified).
@@ -70,6 +72,31 @@ impl Measured {
     }
 }
 
+/// `value` as a literal of the parameter's type; array elements are cast
+/// one by one (an array of untyped literals would be `text[]`).
+fn literal(value: &sea_query::Value, param: &Param) -> String {
+    let element = param.sql_type.pg_name();
+    match value {
+        sea_query::Value::Array(_, Some(elements)) => {
+            let items: Vec<String> = elements
+                .iter()
+                .map(|e| {
+                    format!(
+                        "CAST({} AS {element})",
+                        PostgresQueryBuilder.value_to_string(e)
+                    )
+                })
+                .collect();
+            format!("CAST(ARRAY[{}] AS {element}[])", items.join(", "))
+        }
+        scalar => format!(
+            "CAST({} AS {})",
+            PostgresQueryBuilder.value_to_string(scalar),
+            param.type_name()
+        ),
+    }
+}
+
 fn nodes(plan: &Value) -> Vec<&Value> {
     let mut out = vec![plan];
     if let Some(children) = plan["Plans"].as_array() {
@@ -88,11 +115,7 @@ fn nodes(plan: &Value) -> Vec<&Value> {
 /// If any step fails; the message names the statement.
 pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanMode) -> Measured {
     let name = statement.name();
-    let types: Vec<&str> = statement
-        .params()
-        .iter()
-        .map(|p| p.sql_type.pg_name())
-        .collect();
+    let types: Vec<String> = statement.params().iter().map(|p| p.type_name()).collect();
     // EXPLAIN EXECUTE takes its arguments as expressions (it cannot bind
     // protocol parameters), so the bound values are written as literals by
     // sea-query's own escaping and coerced to the declared types, exactly as
@@ -101,7 +124,8 @@ pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanM
         .values()
         .0
         .iter()
-        .map(|value| PostgresQueryBuilder.value_to_string(&value.0))
+        .zip(statement.params())
+        .map(|(value, param)| literal(&value.0, param))
         .collect();
     let setup = format!(
         "BEGIN; SET LOCAL plan_cache_mode = {}; PREPARE hot_path_probe({}) AS {}",
@@ -144,7 +168,13 @@ pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanM
             );
         }
     }
+    let tables_read = all
+        .iter()
+        .filter(|node| node["Node Type"] != "ModifyTable")
+        .filter_map(|node| node["Relation Name"].as_str().map(str::to_owned))
+        .collect();
     Measured {
+        tables_read,
         buffers: int(&root, "Shared Hit Blocks") + int(&root, "Shared Read Blocks"),
         node_types: all
             .iter()
