@@ -53,11 +53,17 @@
 //!   priority, and a poll of a queue holding only future jobs stops at the
 //!   first entry of each index, like a poll of an empty queue. The price is
 //!   one more statement per poll (usually an index probe that finds nothing)
-//!   and one more write per scheduled job when it comes due.
+//!   and one more write per scheduled job when it comes due. Measured by
+//!   `tests/hot_paths.rs` at 20k and 400k jobs, 100k of them not yet due at
+//!   a higher priority than the due ones: a claim of 10 touched 114 and 153
+//!   buffers (the old index: 178 and 1,435); a poll of a queue holding only
+//!   future jobs 4 and 6, the same as an empty queue (the old index: 27 and
+//!   544).
 //! - **a skip scan over priorities** (one index probe per distinct priority,
 //!   each with `run_at <= now` as a range condition): no extra write, but the
-//!   cost grows with the number of priorities in use, and the statement text
-//!   depends on them.
+//!   cost grows with the number of priorities in use (the benchmark measured
+//!   thousands of buffers per claim with 1,000 distinct priorities ahead),
+//!   and the statement text depends on them.
 //! - **a separate table for future jobs**: the same split as a move between
 //!   tables (a delete and an insert instead of an update), with a second
 //!   shape to keep in step.
