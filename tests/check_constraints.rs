@@ -224,3 +224,38 @@ async fn every_named_check_refuses_a_violating_row_by_its_name() {
     let family: BTreeSet<String> = engine_family().into_iter().map(|t| t.name).collect();
     assert_eq!(tested, family, "a table of the family has no CHECK cases");
 }
+
+/// The storage parameters the model declares are what the server keeps in
+/// `pg_class.reloptions`, text for text (so the verification of issue 7 can
+/// compare the strings), and nothing else is set.
+#[tokio::test]
+async fn declared_storage_parameters_are_stored_as_rendered() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = harness::unique_schema_name("reloptions");
+    harness::exec(&client, &script(&schema)).await;
+    let mut declared_any = false;
+    for table in engine_family() {
+        let stored: Option<Vec<String>> = client
+            .query_one(
+                "SELECT reloptions FROM pg_class WHERE oid = ($1 || '.' || $2)::regclass",
+                &[&schema.as_str(), &table.name],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: {}", table.name, harness::describe_error(&e)))
+            .get(0);
+        assert_eq!(
+            stored.unwrap_or_default(),
+            table.storage_parameters,
+            "{}: reloptions",
+            table.name
+        );
+        declared_any |= !table.storage_parameters.is_empty();
+    }
+    assert!(
+        declared_any,
+        "the model declares storage parameters (jobs' autovacuum trigger)"
+    );
+}
