@@ -214,8 +214,8 @@ pub fn enqueue_many(schema: &SchemaName, jobs: &[Job], now: i64) -> Statement {
 
 /// Promote: makes up to `limit` not-ready jobs of `queue` whose `run_at`
 /// has passed ready (oldest `run_at` first, skipping rows another promoter
-/// holds), through `jobs_promote_idx`. The first step of [`CLAIM_PATH`]
-/// (super::CLAIM_PATH); the row count says how many it promoted.
+/// holds), through `jobs_promote_idx`. The first step of
+/// [`CLAIM_PATH`](super::CLAIM_PATH); the row count says how many it promoted.
 ///
 /// Priority decides among ready jobs; promotion goes by `run_at`, so with
 /// more due jobs waiting than `limit`, the ones due earliest come first.

@@ -455,6 +455,19 @@ mod tests {
         }
     }
 
+    /// The type check of [`build`] fires on a value of another wire type
+    /// than its placeholder (an `i32` for a `bigint` column).
+    #[test]
+    #[should_panic(expected = "is a BigInt placeholder bound to Int")]
+    fn a_value_of_another_wire_type_is_caught() {
+        use sea_query::Query;
+        build("narrow", |b| {
+            Query::select()
+                .expr(b.col(schema_model::Jobs::RunAt, 5_i32))
+                .to_owned()
+        });
+    }
+
     /// The order check of [`build`] fires on a statement that asks for its
     /// values out of text order.
     #[test]
