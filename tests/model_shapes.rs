@@ -34,10 +34,12 @@ fn accepts<S: DeserializeOwned + Serialize + Default>(field: &str, probe: Value)
     serde_json::from_value::<S>(Value::Object(object)).is_ok()
 }
 
-/// Asserts that `S`'s fields are exactly `T`'s columns minus `filled_by_database`,
-/// and that each field's nullability and type agree with its column.
-/// Returns the table's name.
-fn tie<S, T>(filled_by_database: &[T]) -> String
+/// Asserts that `S`'s fields are exactly `T`'s columns minus `filled_by_database`
+/// (columns with a database default: identity aside, `tx_id`, `purge_at`) and
+/// `filled_by_statements` (bookkeeping the hot-path statements derive, like
+/// `jobs.ready` from `run_at`), and that each field's nullability and type
+/// agree with its column. Returns the table's name.
+fn tie<S, T>(filled_by_database: &[T], filled_by_statements: &[T]) -> String
 where
     S: Serialize + DeserializeOwned + Default,
     T: TableModel,
@@ -52,6 +54,20 @@ where
             "{table}.{column:?} is listed as filled by the database but has no default"
         );
     }
+    for column in filled_by_statements {
+        let definition = column
+            .column()
+            .unwrap_or_else(|| panic!("{table}: {column:?} is not a column"));
+        assert!(
+            definition.default.is_none(),
+            "{table}.{column:?} is listed as filled by the statements but has a database default"
+        );
+    }
+    let filled_by_database: Vec<T> = filled_by_database
+        .iter()
+        .chain(filled_by_statements)
+        .copied()
+        .collect();
     let columns: BTreeSet<String> = T::columns()
         .into_iter()
         .filter(|(variant, _)| !filled_by_database.contains(variant))
@@ -100,13 +116,13 @@ where
 #[test]
 fn every_table_of_the_family_has_a_value_shape_tied_to_its_columns() {
     let tied: BTreeSet<String> = [
-        tie::<Job, Jobs>(&[]),
-        tie::<DeadJob, DeadJobs>(&[DeadJobs::PurgeAt]),
-        tie::<StreamEvent, StreamEvents>(&[StreamEvents::TxId]),
-        tie::<ConsumerOffset, StreamOffsets>(&[]),
-        tie::<Schedule, Schedules>(&[]),
-        tie::<Lock, Locks>(&[]),
-        tie::<ConsumedEvent, ConsumedEvents>(&[]),
+        tie::<Job, Jobs>(&[], &[Jobs::Ready]),
+        tie::<DeadJob, DeadJobs>(&[DeadJobs::PurgeAt], &[]),
+        tie::<StreamEvent, StreamEvents>(&[StreamEvents::TxId], &[]),
+        tie::<ConsumerOffset, StreamOffsets>(&[], &[]),
+        tie::<Schedule, Schedules>(&[], &[]),
+        tie::<Lock, Locks>(&[], &[]),
+        tie::<ConsumedEvent, ConsumedEvents>(&[], &[]),
     ]
     .into_iter()
     .collect();
@@ -171,7 +187,7 @@ fn a_renamed_field_is_caught() {
         expires_at: i64,
         fence: i64,
     }
-    let result = std::panic::catch_unwind(|| tie::<DriftedLock, Locks>(&[]));
+    let result = std::panic::catch_unwind(|| tie::<DriftedLock, Locks>(&[], &[]));
     let message = result
         .err()
         .and_then(|panic| panic.downcast_ref::<String>().cloned())
@@ -195,7 +211,7 @@ fn a_narrowed_field_type_is_caught() {
         expires_at: i32,
         fence: i64,
     }
-    let result = std::panic::catch_unwind(|| tie::<NarrowLock, Locks>(&[]));
+    let result = std::panic::catch_unwind(|| tie::<NarrowLock, Locks>(&[], &[]));
     let message = result
         .err()
         .and_then(|panic| panic.downcast_ref::<String>().cloned())
@@ -203,5 +219,74 @@ fn a_narrowed_field_type_is_caught() {
     assert!(
         message.contains("locks.expires_at: the field does not take"),
         "{message}"
+    );
+}
+
+/// Asserts that `S` refuses an input without any one of its required
+/// fields (the non-nullable columns): a `#[serde(default)]` on one would
+/// turn a forgotten field into a plausible row (a job without `run_at`
+/// would be claimable at once). Optional fields may be absent.
+fn refuses_a_missing_required_field<S, T>(filled: &[T]) -> Vec<String>
+where
+    S: Serialize + DeserializeOwned + Default,
+    T: TableModel,
+{
+    let table = T::table_name();
+    let mut defaulted = Vec::new();
+    for (variant, column) in T::columns() {
+        if filled.contains(&variant) {
+            continue;
+        }
+        let name = variant.to_string();
+        let mut object = fields_of(&S::default());
+        assert!(
+            object.remove(&name).is_some(),
+            "{table}.{name} is not a field"
+        );
+        let accepted = serde_json::from_value::<S>(Value::Object(object)).is_ok();
+        if column.nullable {
+            assert!(
+                accepted,
+                "{table}.{name}: an absent optional field must read as None"
+            );
+        } else if accepted {
+            defaulted.push(format!("{table}.{name}"));
+        }
+    }
+    defaulted
+}
+
+#[test]
+fn a_required_field_missing_from_the_input_is_refused() {
+    let defaulted: Vec<String> = [
+        refuses_a_missing_required_field::<Job, Jobs>(&[Jobs::Ready]),
+        refuses_a_missing_required_field::<DeadJob, DeadJobs>(&[DeadJobs::PurgeAt]),
+        refuses_a_missing_required_field::<StreamEvent, StreamEvents>(&[StreamEvents::TxId]),
+        refuses_a_missing_required_field::<ConsumerOffset, StreamOffsets>(&[]),
+        refuses_a_missing_required_field::<Schedule, Schedules>(&[]),
+        refuses_a_missing_required_field::<Lock, Locks>(&[]),
+        refuses_a_missing_required_field::<ConsumedEvent, ConsumedEvents>(&[]),
+    ]
+    .concat();
+    assert!(
+        defaulted.is_empty(),
+        "required fields that silently take a default when absent: {defaulted:?}"
+    );
+}
+
+/// The check above catches a defaulted field.
+#[test]
+fn a_defaulted_required_field_is_caught() {
+    #[derive(Serialize, serde::Deserialize, Default)]
+    struct LaxLock {
+        name: String,
+        owner: String,
+        #[serde(default)]
+        expires_at: i64,
+        fence: i64,
+    }
+    assert_eq!(
+        refuses_a_missing_required_field::<LaxLock, Locks>(&[]),
+        ["locks.expires_at"]
     );
 }

@@ -7,10 +7,10 @@
 pub mod cli;
 pub mod clickhouse;
 pub mod dump;
+pub mod explain;
 pub mod names;
 pub mod pg;
 pub mod pgbouncer;
-pub mod queries;
 pub mod snapshots;
 pub mod tls;
 pub mod wire;

@@ -7,6 +7,7 @@ mod connection;
 mod database;
 mod family;
 mod report;
+mod statements;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,6 +19,7 @@ use crate::connect::Environment;
 
 pub use database::{DatabaseArgs, ReportFormat};
 pub use family::TargetArgs;
+pub use statements::{StatementsArgs, StatementsFormat};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -35,6 +37,7 @@ Examples:
   schema-gen check --database-url 'postgres://app@db/app?sslmode=verify-full&sslrootcert=ca.pem'
   PGHOST=db PGUSER=app PGDATABASE=app PGSSLMODE=require schema-gen check --format json
                                               libpq's PG* variables and ~/.pgpass, as psql reads them
+  schema-gen statements --format json         the engine's hot-path statements, their $n parameters and the claim path
 
   schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
                                               the session that holds it)
@@ -80,6 +83,9 @@ pub enum Command {
     /// Compare a live PostgreSQL database with the model and print every
     /// difference (exit 0 when it matches, comments aside; 1 when it differs).
     Check(DatabaseArgs),
+    /// Print every hot-path statement the engine runs, with its $n
+    /// placeholders and its parameters' names and types.
+    Statements(StatementsArgs),
 }
 
 /// Which table family (and SQL dialect) a command is about.
@@ -171,6 +177,7 @@ where
         Command::Describe { target, format } => {
             print(family::describe(&target, format), stdout, stderr)
         }
+        Command::Statements(args) => print(statements::statements(&args), stdout, stderr),
     }
 }
 
