@@ -131,7 +131,10 @@ pub(crate) fn build(request: &TlsRequest) -> Result<TlsSettings, TlsFileError> {
         .with_protocol_versions(&request.versions)
         .map_err(|e| TlsFileError(format!("the TLS protocol versions cannot be used: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match (&request.roots, request.mode) {
-        (Roots::None, _) => Arc::new(NoCertificateCheck(provider.clone())),
+        (Roots::None, _) => Arc::new(CaOnly {
+            roots: None,
+            provider: provider.clone(),
+        }),
         (roots, mode) => {
             let store = Arc::new(root_store(roots)?);
             if mode == SslMode::VerifyFull {
@@ -139,8 +142,8 @@ pub(crate) fn build(request: &TlsRequest) -> Result<TlsSettings, TlsFileError> {
                     .build()
                     .map_err(|e| TlsFileError(format!("cannot use the root certificates: {e}")))?
             } else {
-                Arc::new(ChainOnly {
-                    roots: store,
+                Arc::new(CaOnly {
+                    roots: Some(store),
                     provider: provider.clone(),
                 })
             }
@@ -252,66 +255,23 @@ fn check_key_permissions(path: &Path) -> Result<(), TlsFileError> {
     Ok(())
 }
 
-/// `require` (and `prefer`) without a root certificate: any certificate is
-/// accepted, as libpq does, but the handshake signatures are still checked,
-/// so the session key belongs to whoever holds the certificate's key.
+/// The verifier of every mode but `verify-full` (which uses rustls's own):
+/// the handshake signatures are always checked, so the session key belongs
+/// to whoever holds the certificate's key; the certificate itself is
+/// checked only against `roots`, when given.
+///
+/// - `roots: None` is `require` (and `prefer`) without a root certificate:
+///   any certificate is accepted, as libpq does.
+/// - `roots: Some(..)` is `verify-ca` (and `require` with a root file, libpq's
+///   rule): the chain must lead to a trusted root; the host name is not
+///   compared (rustls's own verifier always compares it).
 #[derive(Debug)]
-struct NoCertificateCheck(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoCertificateCheck {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to a trusted root; the host name is not
-/// compared (rustls's own verifier always compares it).
-#[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
+struct CaOnly {
+    roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for CaOnly {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -320,14 +280,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
