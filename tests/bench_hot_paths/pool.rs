@@ -1,0 +1,233 @@
+//! The client pool: N connections, each driven by its own task, all started
+//! together and stopped by a shared deadline or a per-client step count; and
+//! `Param`, the value type the benchmark binds to statements whose parameter
+//! types the server inferred (pg-boss's SQL, the alternatives' SQL).
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::task::JoinSet;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, Row, Statement};
+use uuid::Uuid;
+
+/// One bound value. The server infers each parameter's type when the
+/// statement is prepared (as it does for node-postgres, which sends every
+/// value untyped); `to_sql` then encodes the value for that type. Written by
+/// hand because tokio-postgres binds a Rust type to exactly the SQL types it
+/// names, while pg-boss's SQL leaves e.g. `$8` to be inferred as float8 and
+/// `$2` as bigint or int depending on where it is used.
+#[derive(Debug, Clone)]
+pub enum Param {
+    Null,
+    Text(String),
+    Int(i64),
+    Bytes(Vec<u8>),
+    Json(serde_json::Value),
+    Uuids(Vec<Uuid>),
+}
+
+impl ToSql for Param {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        match self {
+            Param::Null => Ok(IsNull::Yes),
+            Param::Text(s) => s.as_str().to_sql_checked(ty, out),
+            Param::Int(v) => match *ty {
+                Type::INT2 => i16::try_from(*v)?.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*v)?.to_sql(ty, out),
+                Type::INT8 => v.to_sql(ty, out),
+                Type::FLOAT8 => (*v as f64).to_sql(ty, out),
+                Type::TEXT | Type::UNKNOWN | Type::VARCHAR => {
+                    v.to_string().as_str().to_sql(ty, out)
+                }
+                _ => Err(format!("cannot bind integer {v} to a {ty} parameter").into()),
+            },
+            Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
+            Param::Json(v) => v.to_sql_checked(ty, out),
+            Param::Uuids(ids) => ids.to_sql_checked(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+impl Param {
+    /// The value as an SQL literal, for `EXECUTE name(...)` of a statement
+    /// prepared with `PREPARE` (the server coerces it to the inferred type).
+    pub fn literal(&self) -> String {
+        use schema_gen::render::quote_literal;
+        match self {
+            Param::Null => "NULL".to_owned(),
+            Param::Text(s) => quote_literal(s),
+            Param::Int(v) => v.to_string(),
+            Param::Bytes(b) => {
+                let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+                format!("'\\x{hex}'::bytea")
+            }
+            Param::Json(v) => quote_literal(&v.to_string()),
+            Param::Uuids(ids) => {
+                let list: Vec<String> = ids.iter().map(|u| format!("'{u}'")).collect();
+                format!("ARRAY[{}]::uuid[]", list.join(", "))
+            }
+        }
+    }
+}
+
+/// A statement to run: SQL with `$n` placeholders and its values.
+#[derive(Debug, Clone)]
+pub struct Stmt {
+    pub sql: String,
+    pub params: Vec<Param>,
+}
+
+impl Stmt {
+    pub fn new(sql: impl Into<String>, params: Vec<Param>) -> Self {
+        Self {
+            sql: sql.into(),
+            params,
+        }
+    }
+}
+
+/// A connection with its prepared statements, keyed by SQL text: every
+/// statement is parsed and planned once per connection, as an engine with a
+/// statement cache does.
+pub struct Conn {
+    pub client: Client,
+    prepared: HashMap<String, Statement>,
+}
+
+impl Conn {
+    pub async fn open() -> Self {
+        Self {
+            client: harness::connect().await,
+            prepared: HashMap::new(),
+        }
+    }
+
+    pub async fn query(&mut self, stmt: &Stmt) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let prepared = match self.prepared.get(&stmt.sql) {
+            Some(p) => p.clone(),
+            None => {
+                let p = self.client.prepare(&stmt.sql).await?;
+                self.prepared.insert(stmt.sql.clone(), p.clone());
+                p
+            }
+        };
+        let params: Vec<&(dyn ToSql + Sync)> = stmt
+            .params
+            .iter()
+            .map(|p| p as &(dyn ToSql + Sync))
+            .collect();
+        self.client.query(&prepared, &params).await
+    }
+}
+
+/// When a run stops.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    /// Steps per client at most.
+    pub steps: u64,
+    /// Wall time at most.
+    pub time: Duration,
+}
+
+impl Limit {
+    pub fn time(time: Duration) -> Self {
+        Self {
+            steps: u64::MAX,
+            time,
+        }
+    }
+}
+
+/// One client's work: one step is one claim, or one enqueue -> claim -> ack
+/// iteration. It records its own latencies.
+pub trait Worker: Send + 'static {
+    /// Runs one step; returns the number of jobs it completed (0 when it found
+    /// nothing to claim).
+    fn step(&mut self) -> impl Future<Output = Result<u64, String>> + Send;
+}
+
+/// What a run did.
+pub struct Run<W> {
+    pub workers: Vec<W>,
+    pub jobs: u64,
+    pub steps: u64,
+    /// Steps that completed no job.
+    pub empty_steps: u64,
+    pub elapsed: Duration,
+}
+
+impl<W> Run<W> {
+    pub fn jobs_per_second(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Drives every worker on its own task until `limit`, all starting together.
+///
+/// # Panics
+///
+/// If a step fails: a benchmark whose statements fail measures nothing.
+pub async fn run<W: Worker>(workers: Vec<W>, limit: Limit) -> Run<W> {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(workers.len()));
+    let mut set = JoinSet::new();
+    let began = Instant::now();
+    for (index, mut worker) in workers.into_iter().enumerate() {
+        let start = start.clone();
+        set.spawn(async move {
+            start.wait().await;
+            let deadline = Instant::now() + limit.time;
+            let (mut jobs, mut steps, mut empty) = (0, 0, 0);
+            while steps < limit.steps && Instant::now() < deadline {
+                let done = worker
+                    .step()
+                    .await
+                    .unwrap_or_else(|e| panic!("benchmark client {index}: {e}"));
+                jobs += done;
+                steps += 1;
+                if done == 0 {
+                    empty += 1;
+                }
+            }
+            (index, worker, jobs, steps, empty)
+        });
+    }
+    let mut finished = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        finished.push(joined.unwrap_or_else(|e| panic!("benchmark client task: {e}")));
+    }
+    let elapsed = began.elapsed();
+    finished.sort_by_key(|f| f.0);
+    let mut out = Run {
+        workers: Vec::new(),
+        jobs: 0,
+        steps: 0,
+        empty_steps: 0,
+        elapsed,
+    };
+    for (_, worker, jobs, steps, empty) in finished {
+        out.workers.push(worker);
+        out.jobs += jobs;
+        out.steps += steps;
+        out.empty_steps += empty;
+    }
+    out
+}
+
+/// The server's own words for a failed statement.
+pub fn db_error(context: &str, e: &tokio_postgres::Error) -> String {
+    format!("{context}: {}", harness::describe_error(e))
+}
