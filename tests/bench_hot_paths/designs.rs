@@ -164,6 +164,15 @@ pub const FUTURE_AHEAD: Mix = Mix {
     due_priorities: 5,
 };
 
+/// The same, with only 10 distinct priorities among the not-yet-due jobs: the
+/// skip scan's best case.
+pub const FUTURE_AHEAD_FEW_PRIORITIES: Mix = Mix {
+    name: "hostile: not-yet-due ahead, 10 priorities",
+    about: "as above, with the not-yet-due jobs at 10 distinct priorities",
+    future_priorities: 10,
+    ..FUTURE_AHEAD
+};
+
 pub const MOSTLY_CLAIMED: Mix = Mix {
     name: "hostile: most claimed",
     about: "70% claimed, 10% not yet due ahead of the due ones (1,000 priorities), 20% due",

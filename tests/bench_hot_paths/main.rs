@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use schema_model::SchemaName;
 use tokio_postgres::Client;
 
-use designs::{FUTURE_AHEAD, IDLE, MOSTLY_CLAIMED, Mix, NORMAL};
+use designs::{FUTURE_AHEAD, FUTURE_AHEAD_FEW_PRIORITIES, IDLE, MOSTLY_CLAIMED, Mix, NORMAL};
 use explain::{Explainer, Work};
 use latency::{Recorder, ms};
 use pool::{Conn, Limit, Stmt, Worker, db_error};
@@ -341,15 +341,13 @@ impl Worker for ClaimWorker {
             .design
             .claim_path(&self.schema, &self.queue, unix_now(), &self.worker, 1);
         let started = Instant::now();
-        let mut claimed = 0;
-        for stmt in &stmts {
-            claimed = self
-                .conn
-                .query(stmt)
-                .await
-                .map_err(|e| db_error("claim", &e))?
-                .len();
-        }
+        let claimed = self
+            .conn
+            .pipeline(&stmts)
+            .await
+            .map_err(|e| db_error("claim", &e))?
+            .last()
+            .map_or(0, Vec::len);
         self.latency.record(started.elapsed());
         Ok(claimed as u64)
     }
@@ -563,41 +561,48 @@ impl Worker for LoopWorker {
         let payloads: Vec<Vec<u8>> = (0..self.batch)
             .map(|k| format!(r#"{{"client":{},"n":{}}}"#, self.client, self.n + k).into_bytes())
             .collect();
-        for stmt in product::enqueue(&self.schema, &self.queue, &payloads, now, now) {
-            self.conn
-                .query(&stmt)
-                .await
-                .map_err(|e| db_error("enqueue", &e))?;
-        }
-        let mut ids = Vec::new();
-        for stmt in product::claim_path(
+        let enqueue = product::enqueue(&self.schema, &self.queue, &payloads, now, now);
+        self.conn
+            .pipeline(&in_transaction(enqueue))
+            .await
+            .map_err(|e| db_error("enqueue", &e))?;
+        let claim = product::claim_path(
             &self.schema,
             &self.queue,
             now,
             &self.worker,
             self.batch as i64,
-        ) {
-            let rows = self
-                .conn
-                .query(&stmt)
-                .await
-                .map_err(|e| db_error("claim", &e))?;
-            ids = rows
-                .iter()
-                .map(|r| r.try_get::<_, i64>("id"))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("claim returned no id: {e}"))?;
-        }
-        for stmt in product::ack(&self.schema, &ids, &self.worker) {
+        );
+        let rows = self
+            .conn
+            .pipeline(&claim)
+            .await
+            .map_err(|e| db_error("claim", &e))?;
+        let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        if !claimed.is_empty() {
+            let ack = product::ack(&self.schema, &claimed, &self.worker);
             self.conn
-                .query(&stmt)
+                .pipeline(&in_transaction(ack))
                 .await
                 .map_err(|e| db_error("ack", &e))?;
         }
         self.latency.record(started.elapsed());
         self.n += self.batch;
-        Ok(ids.len() as u64)
+        Ok(claimed.len() as u64)
     }
+}
+
+/// Several statements as one transaction (pipelined: one round trip), as an
+/// engine sends a batch; a single statement as it is.
+fn in_transaction(stmts: Vec<Stmt>) -> Vec<Stmt> {
+    if stmts.len() < 2 {
+        return stmts;
+    }
+    let mut out = Vec::with_capacity(stmts.len() + 2);
+    out.push(Stmt::new("BEGIN", Vec::new()));
+    out.extend(stmts);
+    out.push(Stmt::new("COMMIT", Vec::new()));
+    out
 }
 
 struct LoopResult {
@@ -760,19 +765,12 @@ impl Worker for ChurnWorker {
                 .map_err(|e| db_error("enqueue", &e))?;
         }
         let claim_started = Instant::now();
-        let mut ids: Vec<i64> = Vec::new();
-        for stmt in product::claim_path(&self.schema, CHURN_QUEUE, now, &self.worker, 1) {
-            let rows = self
-                .conn
-                .query(&stmt)
-                .await
-                .map_err(|e| db_error("claim", &e))?;
-            ids = rows
-                .iter()
-                .map(|r| r.try_get::<_, i64>("id"))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("claim returned no id: {e}"))?;
-        }
+        let claim = product::claim_path(&self.schema, CHURN_QUEUE, now, &self.worker, 1);
+        let rows = self
+            .conn
+            .pipeline(&claim)
+            .await
+            .map_err(|e| db_error("claim", &e))?;
         let took = claim_started.elapsed();
         let at = claim_started - self.started;
         self.all.record(took);
@@ -782,16 +780,17 @@ impl Worker for ChurnWorker {
         if at + self.window >= self.total {
             self.last.record(took);
         }
-        let stmts = match ids.first() {
+        let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        let stmts = match claimed.first() {
             None => Vec::new(),
-            Some(&id) if n % 4 == 0 => product::retry(
+            Some(job) if n % 4 == 0 => product::retry(
                 &self.schema,
-                id,
+                job,
                 &self.worker,
                 now + 1 + (n % 30) as i64,
                 "POST https://hooks.example.test/endpoint: 503",
             ),
-            Some(_) => product::ack(&self.schema, &ids, &self.worker),
+            Some(_) => product::ack(&self.schema, &claimed, &self.worker),
         };
         for stmt in stmts {
             self.conn
@@ -799,7 +798,7 @@ impl Worker for ChurnWorker {
                 .await
                 .map_err(|e| db_error("ack or retry", &e))?;
         }
-        Ok(ids.len() as u64)
+        Ok(claimed.len() as u64)
     }
 }
 
@@ -1034,6 +1033,16 @@ async fn run(scale: Scale) {
         for design in [Design::Base, Design::SkipScan] {
             claims.push(claim_case(&mut admin, &scale, design, FUTURE_AHEAD, size).await);
         }
+        claims.push(
+            claim_case(
+                &mut admin,
+                &scale,
+                Design::SkipScan,
+                FUTURE_AHEAD_FEW_PRIORITIES,
+                size,
+            )
+            .await,
+        );
     }
     let mut polls = Vec::new();
     for &size in &sizes {
@@ -1233,6 +1242,11 @@ fn design_report(
         for c in claim_rows(claims, design, &FUTURE_AHEAD) {
             table.row(claim_cells(c, false));
         }
+    }
+    for c in claim_rows(claims, Design::SkipScan, &FUTURE_AHEAD_FEW_PRIORITIES) {
+        let mut cells = claim_cells(c, false);
+        cells[0] = format!("{}, 10 priorities ahead", c.design.label());
+        table.row(cells);
     }
     report.table(&table);
     let mut growth = Table::new(&[

@@ -92,6 +92,13 @@ pub struct Stmt {
 }
 
 impl Stmt {
+    pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p as &(dyn ToSql + Sync))
+            .collect()
+    }
+
     pub fn new(sql: impl Into<String>, params: Vec<Param>) -> Self {
         Self {
             sql: sql.into(),
@@ -116,21 +123,40 @@ impl Conn {
         }
     }
 
+    async fn prepared(&mut self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(p) = self.prepared.get(sql) {
+            return Ok(p.clone());
+        }
+        let p = self.client.prepare(sql).await?;
+        self.prepared.insert(sql.to_owned(), p.clone());
+        Ok(p)
+    }
+
     pub async fn query(&mut self, stmt: &Stmt) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let prepared = match self.prepared.get(&stmt.sql) {
-            Some(p) => p.clone(),
-            None => {
-                let p = self.client.prepare(&stmt.sql).await?;
-                self.prepared.insert(stmt.sql.clone(), p.clone());
-                p
-            }
-        };
-        let params: Vec<&(dyn ToSql + Sync)> = stmt
-            .params
-            .iter()
-            .map(|p| p as &(dyn ToSql + Sync))
-            .collect();
-        self.client.query(&prepared, &params).await
+        let prepared = self.prepared(&stmt.sql).await?;
+        self.client.query(&prepared, &stmt.args()).await
+    }
+
+    /// Sends `stmts` pipelined (all in flight at once, executed in order:
+    /// one round trip), each in its own implicit transaction unless the list
+    /// holds `BEGIN` ... `COMMIT`. Returns each statement's rows.
+    pub async fn pipeline(
+        &mut self,
+        stmts: &[Stmt],
+    ) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
+        let mut prepared = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            prepared.push(self.prepared(&stmt.sql).await?);
+        }
+        let args: Vec<Vec<&(dyn ToSql + Sync)>> = stmts.iter().map(Stmt::args).collect();
+        let client = &self.client;
+        futures_util::future::try_join_all(
+            prepared
+                .iter()
+                .zip(&args)
+                .map(|(p, a)| client.query(p, a.as_slice())),
+        )
+        .await
     }
 }
 

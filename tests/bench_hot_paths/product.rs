@@ -76,20 +76,45 @@ pub fn enqueue(
         .collect()
 }
 
-/// Acknowledges (deletes) the claimed jobs `ids`.
-pub fn ack(schema: &SchemaName, ids: &[i64], worker: &str) -> Vec<Stmt> {
-    ids.iter()
-        .map(|id| {
+/// A claimed job: what ack and retry need to name its claim.
+pub struct Claimed {
+    pub id: i64,
+    pub attempts: i32,
+}
+
+/// The jobs a claim returned, decoded.
+pub fn claimed(rows: &[tokio_postgres::Row]) -> Result<Vec<Claimed>, String> {
+    rows.iter()
+        .map(|r| {
+            Ok(Claimed {
+                id: r.try_get("id").map_err(|e| e.to_string())?,
+                attempts: r.try_get("attempts").map_err(|e| e.to_string())?,
+            })
+        })
+        .collect()
+}
+
+/// Acknowledges (deletes) the claimed jobs.
+pub fn ack(schema: &SchemaName, jobs: &[Claimed], worker: &str) -> Vec<Stmt> {
+    jobs.iter()
+        .map(|job| {
             Stmt::new(
                 format!("DELETE FROM {schema}.jobs WHERE id = $1 AND worker_id = $2"),
-                vec![Param::Int(*id), Param::Text(worker.to_owned())],
+                vec![Param::Int(job.id), Param::Text(worker.to_owned())],
             )
         })
         .collect()
 }
 
-/// Releases the claim on `id` for another attempt at `run_at`.
-pub fn retry(schema: &SchemaName, id: i64, worker: &str, run_at: i64, error: &str) -> Vec<Stmt> {
+/// Releases the claim on `job` for another attempt at `run_at`.
+pub fn retry(
+    schema: &SchemaName,
+    job: &Claimed,
+    worker: &str,
+    run_at: i64,
+    error: &str,
+) -> Vec<Stmt> {
+    let id = job.id;
     vec![Stmt::new(
         format!(
             "UPDATE {schema}.jobs SET worker_id = NULL, claimed_at = NULL, \
