@@ -15,7 +15,13 @@
 //! re-run. Seeding is hand-written bulk SQL (`generate_series`) for every
 //! design alike.
 
+use std::time::{Duration, Instant};
+
+use schema_model::SchemaName;
+use tokio_postgres::Client;
+
 use crate::pool::{Param, Stmt};
+use crate::{exec, product};
 
 /// The `jobs` table of the base design (a), exactly as main at 392e104
 /// rendered it (`schema-gen sql`), with its three indexes. Comments left out.
@@ -269,4 +275,84 @@ pub fn seed_sql(
         names.join(", "),
         exprs.join(", ")
     )
+}
+
+// ---------------------------------------------------------------------------
+// The designs, for the runs
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Design {
+    /// (b) the product's statements.
+    Product,
+    /// (a) main's base design.
+    Base,
+    /// (c) a skip scan over priorities, on the base schema.
+    SkipScan,
+}
+
+impl Design {
+    pub fn label(self) -> &'static str {
+        match self {
+            Design::Product => product::LABEL,
+            Design::Base => "(a) base: main today",
+            Design::SkipScan => "(c) skip scan over priorities",
+        }
+    }
+
+    /// A fresh schema holding this design's `jobs` table.
+    pub async fn create(self, admin: &mut Client, prefix: &str) -> SchemaName {
+        let schema = harness::unique_schema_name(prefix);
+        match self {
+            Design::Product => product::create(admin, &schema).await,
+            Design::Base | Design::SkipScan => {
+                exec(admin, &base_schema_ddl(schema.as_str())).await;
+            }
+        }
+        schema
+    }
+
+    pub fn seed_extra(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Design::Product => product::seed_extra(),
+            Design::Base | Design::SkipScan => Vec::new(),
+        }
+    }
+
+    pub fn claim_path(
+        self,
+        schema: &SchemaName,
+        queue: &str,
+        now: i64,
+        worker: &str,
+        limit: i64,
+    ) -> Vec<Stmt> {
+        match self {
+            Design::Product => product::claim_path(schema, queue, now, worker, limit),
+            Design::Base => vec![base_claim(schema.as_str(), queue, now, worker, limit)],
+            Design::SkipScan => vec![skip_scan_claim(schema.as_str(), queue, now, worker, limit)],
+        }
+    }
+}
+
+/// Bulk-loads `rows` jobs of `mix` into `queue`, then VACUUM ANALYZE, so the
+/// table is in the steady state of a table that has been running (hint bits
+/// set, visibility map current, statistics fresh).
+pub async fn seed(
+    admin: &Client,
+    design: Design,
+    schema: &SchemaName,
+    queue: &str,
+    rows: u64,
+    mix: &Mix,
+    now: i64,
+) -> Duration {
+    let started = Instant::now();
+    let sql = seed_sql(schema.as_str(), queue, rows, mix, now, &design.seed_extra());
+    exec(admin, &sql).await;
+    exec(admin, &format!("VACUUM (ANALYZE) {schema}.jobs")).await;
+    started.elapsed()
+}
+
+pub async fn drop_schema(admin: &Client, schema: &str) {
+    exec(admin, &format!("DROP SCHEMA {schema} CASCADE")).await;
 }

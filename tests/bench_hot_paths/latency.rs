@@ -36,6 +36,15 @@ impl Recorder {
             .unwrap_or_else(|e| panic!("merging histograms: {e}"));
     }
 
+    /// One recorder holding every worker's samples.
+    pub fn merged<W>(workers: &[W], recorder: impl Fn(&W) -> &Recorder) -> Recorder {
+        let mut all = Recorder::new();
+        for w in workers {
+            all.merge(recorder(w));
+        }
+        all
+    }
+
     pub fn count(&self) -> u64 {
         self.histogram.len()
     }

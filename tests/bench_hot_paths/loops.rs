@@ -1,0 +1,245 @@
+//! The enqueue -> claim -> ack loop: alkstore's product statements, pg-boss's
+//! SQL through the same driver, and pg-boss's Node API.
+
+use std::time::Instant;
+
+use schema_model::SchemaName;
+use tokio_postgres::Client;
+
+use crate::designs::{Design, drop_schema};
+use crate::latency::{Recorder, ms};
+use crate::pgboss;
+use crate::pool::{self, Conn, Limit, Stmt, Worker, db_error};
+use crate::product;
+use crate::report::{Report, Table};
+use crate::{Scale, progress, ratio, times, unix_now};
+use std::sync::Arc;
+
+pub struct LoopWorker {
+    conn: Conn,
+    schema: SchemaName,
+    queue: String,
+    batch: u64,
+    client: usize,
+    worker: String,
+    n: u64,
+    latency: Recorder,
+}
+
+impl Worker for LoopWorker {
+    async fn step(&mut self) -> Result<u64, String> {
+        let started = Instant::now();
+        let now = unix_now();
+        let payloads: Vec<Vec<u8>> = (0..self.batch)
+            .map(|k| format!(r#"{{"client":{},"n":{}}}"#, self.client, self.n + k).into_bytes())
+            .collect();
+        let enqueue = product::enqueue(&self.schema, &self.queue, &payloads, now, now);
+        self.conn
+            .pipeline(&in_transaction(enqueue))
+            .await
+            .map_err(|e| db_error("enqueue", &e))?;
+        let claim = product::claim_path(
+            &self.schema,
+            &self.queue,
+            now,
+            &self.worker,
+            self.batch as i64,
+        );
+        let rows = self
+            .conn
+            .pipeline(&claim)
+            .await
+            .map_err(|e| db_error("claim", &e))?;
+        let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        if !claimed.is_empty() {
+            let ack = product::ack(&self.schema, &claimed, &self.worker);
+            self.conn
+                .pipeline(&in_transaction(ack))
+                .await
+                .map_err(|e| db_error("ack", &e))?;
+        }
+        self.latency.record(started.elapsed());
+        self.n += self.batch;
+        Ok(claimed.len() as u64)
+    }
+}
+
+/// Several statements as one transaction (pipelined: one round trip), as an
+/// engine sends a batch; a single statement as it is.
+pub fn in_transaction(stmts: Vec<Stmt>) -> Vec<Stmt> {
+    if stmts.len() < 2 {
+        return stmts;
+    }
+    let mut out = Vec::with_capacity(stmts.len() + 2);
+    out.push(Stmt::new("BEGIN", Vec::new()));
+    out.extend(stmts);
+    out.push(Stmt::new("COMMIT", Vec::new()));
+    out
+}
+
+pub struct LoopResult {
+    pub system: &'static str,
+    pub clients: usize,
+    pub batch: u64,
+    pub jobs_per_s: f64,
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
+pub const SYSTEM_PGBOSS_SQL: &str = "pg-boss SQL, same driver (tokio-postgres)";
+pub const SYSTEM_PGBOSS_API: &str = "pg-boss Node API (node-postgres)";
+
+pub async fn run(
+    admin: &mut Client,
+    scale: &Scale,
+    boss: Option<&pgboss::PgBoss>,
+    boss_sql: Option<Arc<pgboss::PgBossSql>>,
+    boss_schema: &str,
+) -> Vec<LoopResult> {
+    let mut out = Vec::new();
+    for clients in [1usize, 8] {
+        for batch in [1u64, 10] {
+            progress(&format!("loop: alkstore, {clients} clients, batch {batch}"));
+            let schema = Design::Product.create(admin, "bench_loop").await;
+            let mut workers = Vec::new();
+            for client in 0..clients {
+                workers.push(LoopWorker {
+                    conn: Conn::open().await,
+                    schema: schema.clone(),
+                    queue: "loop".to_owned(),
+                    batch,
+                    client,
+                    worker: format!("bench-worker-{client}"),
+                    n: 0,
+                    latency: Recorder::new(),
+                });
+            }
+            let run = pool::run(workers, Limit::time(scale.loop_time)).await;
+            let latency = Recorder::merged(&run.workers, |w| &w.latency);
+            out.push(LoopResult {
+                system: SYSTEM_OURS,
+                clients,
+                batch,
+                jobs_per_s: run.jobs_per_second(),
+                p50: latency.p50_ms(),
+                p99: latency.p99_ms(),
+            });
+            drop(run);
+            drop_schema(admin, schema.as_str()).await;
+
+            let Some(sql) = boss_sql.clone() else {
+                continue;
+            };
+            let queue = loop_queue(clients, batch, "sql");
+            progress(&format!(
+                "loop: pg-boss SQL, {clients} clients, batch {batch}"
+            ));
+            let mut workers = Vec::new();
+            for client in 0..clients {
+                workers.push(pgboss::SqlLoopWorker::new(sql.clone(), &queue, batch, client).await);
+            }
+            let run = pool::run(workers, Limit::time(scale.loop_time)).await;
+            let latency = Recorder::merged(&run.workers, |w| &w.latency);
+            out.push(LoopResult {
+                system: SYSTEM_PGBOSS_SQL,
+                clients,
+                batch,
+                jobs_per_s: run.jobs_per_second(),
+                p50: latency.p50_ms(),
+                p99: latency.p99_ms(),
+            });
+
+            if let Some(boss) = boss {
+                progress(&format!(
+                    "loop: pg-boss Node API, {clients} clients, batch {batch}"
+                ));
+                let queue = loop_queue(clients, batch, "api");
+                let api = boss
+                    .api_loop(boss_schema, &queue, clients, batch, scale.loop_time)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                out.push(LoopResult {
+                    system: SYSTEM_PGBOSS_API,
+                    clients,
+                    batch,
+                    jobs_per_s: api.jobs as f64 / api.seconds,
+                    p50: api.p50_us.map(|u| u / 1000.0),
+                    p99: api.p99_us.map(|u| u / 1000.0),
+                });
+                let _ = api.steps;
+            }
+        }
+    }
+    out
+}
+
+pub fn loop_queue(clients: usize, batch: u64, how: &str) -> String {
+    format!("loop_{how}_c{clients}_b{batch}")
+}
+
+pub fn queues() -> Vec<String> {
+    let mut queues = Vec::new();
+    for clients in [1usize, 8] {
+        for batch in [1u64, 10] {
+            for how in ["sql", "api"] {
+                queues.push(loop_queue(clients, batch, how));
+            }
+        }
+    }
+    queues
+}
+
+pub fn report(report: &mut Report, loops: &[LoopResult]) {
+    report.heading("Enqueue -> claim -> ack loop");
+    let mut table = Table::new(&[
+        "system",
+        "clients>",
+        "batch>",
+        "jobs / s>",
+        "step p50>",
+        "step p99>",
+        "alkstore / this>",
+    ]);
+    let ours = |clients: usize, batch: u64| {
+        loops
+            .iter()
+            .find(|l| l.system == SYSTEM_OURS && l.clients == clients && l.batch == batch)
+            .map(|l| l.jobs_per_s)
+    };
+    for l in loops {
+        table.row(vec![
+            l.system.to_owned(),
+            l.clients.to_string(),
+            l.batch.to_string(),
+            format!("{:.0}", l.jobs_per_s),
+            ms(l.p50),
+            ms(l.p99),
+            if l.system == SYSTEM_OURS {
+                String::new()
+            } else {
+                times(ratio(ours(l.clients, l.batch), Some(l.jobs_per_s)))
+            },
+        ]);
+    }
+    report.table(&table);
+    report.para(
+        "One step: enqueue `batch` jobs, claim up to `batch`, ack what was claimed. alkstore \
+         sends a batch of single-job statements as one pipelined transaction, and the claim \
+         path's statements pipelined; pg-boss's SQL is one statement per call, as its API \
+         sends it. Each alkstore run starts on a fresh schema, each pg-boss \
+         run on a fresh queue (its own partition). pg-boss's Node API runs all clients as \
+         concurrent loops in one Node process over a pool of as many connections.",
+    );
+    for batch in [1u64, 10] {
+        let boss = loops
+            .iter()
+            .find(|l| l.system == SYSTEM_PGBOSS_SQL && l.clients == 8 && l.batch == batch);
+        let r = boss.and_then(|b| ratio(ours(8, batch), Some(b.jobs_per_s)));
+        report.verdict(
+            format!("8-client loop >= 2x pg-boss's SQL through the same driver, batch {batch}"),
+            times(r),
+            r.is_some_and(|r| r >= 2.0),
+        );
+    }
+}
