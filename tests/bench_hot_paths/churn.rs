@@ -66,12 +66,13 @@ impl Worker for ChurnWorker {
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
         let stmts = match claimed.first() {
             None => Vec::new(),
-            Some(job) if n % 4 == 0 => product::retry(
+            Some(job) if n.is_multiple_of(4) => product::retry(
                 &self.schema,
                 job,
                 &self.worker,
                 now + 1 + (n % 30) as i64,
                 "POST https://hooks.example.test/endpoint: 503",
+                now,
             ),
             Some(_) => {
                 let run_at = if n % 10 < 7 {

@@ -72,16 +72,17 @@ const RETURNED: &str = "id, queue, payload, priority, run_at, expires_at, enqueu
      worker_id, claimed_at, claim_expires_at, last_error";
 
 /// (a) The base claim: the first `limit` claimable jobs in claim order whose
-/// `run_at` has come, taken in the same statement. `$1` queue, `$2` now,
-/// `$3` worker, `$4` limit.
+/// `run_at` has come, taken in the same statement; the product's claim
+/// statement without its `ready` condition (same shape, same RETURNING).
+/// `$1` queue, `$2` now, `$3` worker, `$4` limit.
 pub fn base_claim(schema: &str, queue: &str, now: i64, worker: &str, limit: i64) -> Stmt {
     Stmt::new(
         format!(
             "UPDATE {schema}.jobs SET worker_id = $3, claimed_at = $2, \
              claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
-             WHERE id IN (SELECT id FROM {schema}.jobs \
+             WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
              WHERE queue = $1 AND claimed_at IS NULL AND run_at <= $2 \
-             ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)) \
              RETURNING {RETURNED}"
         ),
         claim_params(queue, now, worker, limit),
@@ -115,7 +116,7 @@ pub fn skip_scan_claim(schema: &str, queue: &str, now: i64, worker: &str, limit:
              ) \
              UPDATE {schema}.jobs SET worker_id = $3, claimed_at = $2, \
              claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
-             WHERE id IN (SELECT id FROM next) \
+             WHERE id = ANY(ARRAY(SELECT id FROM next)) \
              RETURNING {RETURNED}"
         ),
         claim_params(queue, now, worker, limit),

@@ -70,7 +70,7 @@ impl Explainer {
                     let name = format!("bench_explained_{}", self.names.len());
                     self.conn
                         .client
-                        .batch_execute(&format!("PREPARE {name} AS {}", stmt.sql))
+                        .batch_execute(&prepare_sql(&name, stmt))
                         .await
                         .map_err(|e| db_error(&format!("PREPARE {}", stmt.sql), &e))?;
                     self.names.insert(stmt.sql.clone(), name.clone());
@@ -119,6 +119,16 @@ impl Explainer {
         }
         all.sort_by_key(|w| w.buffers);
         Ok(all.swap_remove(all.len() / 2))
+    }
+}
+
+/// `PREPARE name [(types)] AS sql`.
+fn prepare_sql(name: &str, stmt: &Stmt) -> String {
+    if stmt.types.is_empty() {
+        format!("PREPARE {name} AS {}", stmt.sql)
+    } else {
+        let types: Vec<&str> = stmt.types.iter().map(|t| t.name()).collect();
+        format!("PREPARE {name} ({}) AS {}", types.join(", "), stmt.sql)
     }
 }
 

@@ -25,6 +25,7 @@ pub enum Param {
     Null,
     Text(String),
     Int(i64),
+    Bool(bool),
     Bytes(Vec<u8>),
     Json(serde_json::Value),
     Uuids(Vec<Uuid>),
@@ -49,6 +50,7 @@ impl ToSql for Param {
                 }
                 _ => Err(format!("cannot bind integer {v} to a {ty} parameter").into()),
             },
+            Param::Bool(b) => b.to_sql_checked(ty, out),
             Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
             Param::Json(v) => v.to_sql_checked(ty, out),
             Param::Uuids(ids) => ids.to_sql_checked(ty, out),
@@ -71,6 +73,7 @@ impl Param {
             Param::Null => "NULL".to_owned(),
             Param::Text(s) => quote_literal(s),
             Param::Int(v) => v.to_string(),
+            Param::Bool(b) => b.to_string(),
             Param::Bytes(b) => {
                 let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
                 format!("'\\x{hex}'::bytea")
@@ -88,21 +91,70 @@ impl Param {
 #[derive(Debug, Clone)]
 pub struct Stmt {
     pub sql: String,
+    /// The values, also as literals for `EXPLAIN EXECUTE`.
     pub params: Vec<Param>,
+    /// Parameter types to prepare with; empty: the server infers them.
+    pub types: Vec<Type>,
+    /// A product statement binds its own values, through the product's binder.
+    product: Option<schema_gen::statements::Statement>,
 }
 
 impl Stmt {
-    pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.params
-            .iter()
-            .map(|p| p as &(dyn ToSql + Sync))
-            .collect()
-    }
-
     pub fn new(sql: impl Into<String>, params: Vec<Param>) -> Self {
         Self {
             sql: sql.into(),
             params,
+            types: Vec::new(),
+            product: None,
+        }
+    }
+
+    pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
+        match &self.product {
+            Some(statement) => statement.args(),
+            None => self
+                .params
+                .iter()
+                .map(|p| p as &(dyn ToSql + Sync))
+                .collect(),
+        }
+    }
+}
+
+impl From<schema_gen::statements::Statement> for Stmt {
+    /// The product's statement as it is: its SQL, its parameter types, its
+    /// values bound by its binder (and mirrored as [`Param`]s for EXPLAIN).
+    fn from(statement: schema_gen::statements::Statement) -> Self {
+        use sea_query::Value;
+        let params = statement
+            .values()
+            .0
+            .iter()
+            .map(|value| match &value.0 {
+                Value::Bool(Some(b)) => Param::Bool(*b),
+                Value::SmallInt(Some(v)) => Param::Int(i64::from(*v)),
+                Value::Int(Some(v)) => Param::Int(i64::from(*v)),
+                Value::BigInt(Some(v)) => Param::Int(*v),
+                Value::Unsigned(Some(v)) => Param::Int(i64::from(*v)),
+                Value::BigUnsigned(Some(v)) => Param::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
+                Value::String(Some(v)) => Param::Text(v.clone()),
+                Value::Bytes(Some(v)) => Param::Bytes(v.clone()),
+                Value::Bool(None)
+                | Value::SmallInt(None)
+                | Value::Int(None)
+                | Value::BigInt(None)
+                | Value::Unsigned(None)
+                | Value::BigUnsigned(None)
+                | Value::String(None)
+                | Value::Bytes(None) => Param::Null,
+                other => panic!("a product statement binds a value the benchmark cannot show: {other:?}"),
+            })
+            .collect();
+        Self {
+            sql: statement.sql().to_owned(),
+            params,
+            types: statement.param_types(),
+            product: Some(statement),
         }
     }
 }
@@ -123,17 +175,17 @@ impl Conn {
         }
     }
 
-    async fn prepared(&mut self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(p) = self.prepared.get(sql) {
+    async fn prepared(&mut self, stmt: &Stmt) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(p) = self.prepared.get(&stmt.sql) {
             return Ok(p.clone());
         }
-        let p = self.client.prepare(sql).await?;
-        self.prepared.insert(sql.to_owned(), p.clone());
+        let p = self.client.prepare_typed(&stmt.sql, &stmt.types).await?;
+        self.prepared.insert(stmt.sql.clone(), p.clone());
         Ok(p)
     }
 
     pub async fn query(&mut self, stmt: &Stmt) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let prepared = self.prepared(&stmt.sql).await?;
+        let prepared = self.prepared(stmt).await?;
         self.client.query(&prepared, &stmt.args()).await
     }
 
@@ -146,7 +198,7 @@ impl Conn {
     ) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
         let mut prepared = Vec::with_capacity(stmts.len());
         for stmt in stmts {
-            prepared.push(self.prepared(&stmt.sql).await?);
+            prepared.push(self.prepared(stmt).await?);
         }
         let args: Vec<Vec<&(dyn ToSql + Sync)>> = stmts.iter().map(Stmt::args).collect();
         let client = &self.client;

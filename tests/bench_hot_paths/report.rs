@@ -70,7 +70,7 @@ impl Report {
     }
 
     pub fn table(&mut self, table: &Table) {
-        let _ = write!(self.text, "{}\n", table.render());
+        let _ = writeln!(self.text, "{}", table.render());
     }
 
     pub fn verdict(&mut self, target: impl Into<String>, measured: impl Into<String>, met: bool) {
