@@ -84,7 +84,7 @@ fn describe_json_is_the_family_for_tools() {
     assert_eq!(claim["name"], "jobs_claim_idx");
     assert_eq!(
         claim["definition"],
-        "USING btree (queue, priority DESC, run_at, id) WHERE (claimed_at IS NULL)"
+        "USING btree (queue, priority DESC, run_at, id) WHERE ((claimed_at IS NULL) AND ready)"
     );
 }
 
@@ -102,4 +102,67 @@ fn describe_markdown_is_the_default() {
         "{}",
         out.stdout
     );
+}
+
+/// `schema-gen statements`: every hot-path statement with its `$n`
+/// placeholders, names and types, as SQL for a DBA and as stable JSON.
+#[test]
+fn statements_prints_every_hot_path_statement_in_both_formats() {
+    let sql = run(&["statements"]);
+    assert_eq!(sql.code, ExitCode::SUCCESS, "{}", sql.stderr);
+    assert_eq!(sql.stderr, "");
+    let json = run(&["statements", "--format", "json"]);
+    assert_eq!(json.code, ExitCode::SUCCESS, "{}", json.stderr);
+    harness::snapshots::settings().bind(|| {
+        insta::assert_snapshot!("statements_sql", sql.stdout);
+        insta::assert_snapshot!("statements_json", json.stdout);
+    });
+
+    // The JSON is the library's list, in the shape the issue fixes.
+    let parsed: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let library = schema_gen::statements::all(&SchemaName::default());
+    let listed = parsed["statements"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no statements array"));
+    assert_eq!(listed.len(), library.len());
+    for (entry, statement) in listed.iter().zip(&library) {
+        assert_eq!(entry["name"], statement.name());
+        assert_eq!(entry["sql"], statement.sql());
+        let params: Vec<(String, String)> = entry["params"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no params"))
+            .iter()
+            .map(|p| (p["name"].to_string(), p["type"].to_string()))
+            .collect();
+        let expected: Vec<(String, String)> = statement
+            .params()
+            .iter()
+            .map(|p| {
+                (
+                    format!("\"{}\"", p.name),
+                    format!("\"{}\"", p.sql_type.pg_name()),
+                )
+            })
+            .collect();
+        assert_eq!(params, expected, "{}", statement.name());
+    }
+    assert_eq!(
+        parsed["claim_path"],
+        serde_json::json!(["promote", "claim"])
+    );
+
+    // Another schema name changes only the qualified names.
+    let tenant = run(&["statements", "--schema", "tenant_a", "--format", "json"]);
+    assert_eq!(
+        tenant
+            .stdout
+            .replace("\\\"tenant_a\\\"", "\\\"alkstore\\\""),
+        json.stdout
+    );
+    assert_usage_error(
+        &["statements", "--schema", "Alkstore"],
+        "must start with a lowercase ASCII letter",
+    );
+    assert_usage_error(&["statements", "--format", "yaml"], "invalid value 'yaml'");
 }

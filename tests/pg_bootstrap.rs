@@ -143,7 +143,7 @@ async fn the_claim_index_has_its_definition_and_serves_the_claim_without_a_sort(
         definition,
         format!(
             "CREATE INDEX jobs_claim_idx ON {schema}.jobs USING btree \
-             (queue, priority DESC, run_at, id) WHERE (claimed_at IS NULL)"
+             (queue, priority DESC, run_at, id) WHERE ((claimed_at IS NULL) AND ready)"
         )
     );
 
@@ -152,8 +152,8 @@ async fn the_claim_index_has_its_definition_and_serves_the_claim_without_a_sort(
         &format!(
             "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, enqueued_at,
                  visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s,
-                 attempts)
-             SELECT 'q' || (i % 20), '\\x00', i % 7, i, i, 30, 3, 1, 86400, 0
+                 attempts, ready)
+             SELECT 'q' || (i % 20), '\\x00', i % 7, i, i, 30, 3, 1, 86400, 0, true
              FROM generate_series(1, 5000) AS i;
              ANALYZE {schema}.jobs;"
         ),
@@ -249,8 +249,8 @@ async fn payloads_round_trip_byte_for_byte() {
             format!(
                 "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, enqueued_at,
                      visibility_timeout_s, max_attempts, backoff_base_s,
-                     dead_letter_retention_s, attempts)
-                 VALUES ('q', $1, 0, 0, 0, 30, 3, 1, 60, 0) RETURNING id::bigint"
+                     dead_letter_retention_s, attempts, ready)
+                 VALUES ('q', $1, 0, 0, 0, 30, 3, 1, 60, 0, true) RETURNING id::bigint"
             ),
             format!(
                 "INSERT INTO {schema}.dead_jobs (id, queue, payload, priority, run_at,
@@ -436,8 +436,8 @@ async fn steady_state_completes_while_every_engine_table_is_being_written() {
         &format!(
             "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, enqueued_at,
                  visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s,
-                 attempts)
-             VALUES ('q', '\\x00', 0, 0, 0, 30, 3, 1, 60, 0)"
+                 attempts, ready)
+             VALUES ('q', '\\x00', 0, 0, 0, 30, 3, 1, 60, 0, true)"
         ),
     )
     .await;

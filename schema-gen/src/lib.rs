@@ -19,6 +19,7 @@ pub mod describe;
 pub mod difference;
 pub mod error;
 pub mod render;
+pub mod statements;
 pub mod verify;
 
 pub use bootstrap::{Outcome, bootstrap};

@@ -12,7 +12,7 @@
 //! assert_eq!(statements[0].sql, r#"CREATE SCHEMA IF NOT EXISTS "tenant_a""#);
 //! assert!(statements.iter().any(|s| s.sql == concat!(
 //!     r#"CREATE INDEX IF NOT EXISTS "jobs_claim_idx" ON "tenant_a"."jobs" "#,
-//!     r#"("queue", "priority" DESC, "run_at", "id") WHERE "claimed_at" IS NULL"#,
+//!     r#"("queue", "priority" DESC, "run_at", "id") WHERE "claimed_at" IS NULL AND "ready""#,
 //! )));
 //! ```
 
@@ -284,7 +284,24 @@ fn check_expr<C: TableModel>(rule: &CheckRule<C>) -> Expr {
             }
             Condition::any().add(all_null).add(all_set).into()
         }
+        CheckRule::SetOnlyIf { column, flag } => Condition::any()
+            .add(Expr::col(*column).is_null())
+            .add(Expr::col(*flag))
+            .into(),
         CheckRule::NotBefore { later, earlier } => Expr::col(*later).gte(Expr::col(*earlier)),
+    }
+}
+
+/// The conditions of a partial index, each added with `and_where`.
+fn index_conditions<C: TableModel>(predicate: IndexPredicate<C>) -> Vec<Expr> {
+    match predicate {
+        IndexPredicate::IsNull(c) => vec![Expr::col(c).is_null()],
+        IndexPredicate::IsNotNull(c) => vec![Expr::col(c).is_not_null()],
+        IndexPredicate::IsTrue(c) => vec![Expr::col(c)],
+        IndexPredicate::IsFalse(c) => vec![Expr::col(c).not()],
+        IndexPredicate::All(conditions) => {
+            conditions.into_iter().flat_map(index_conditions).collect()
+        }
     }
 }
 
@@ -306,17 +323,8 @@ pub fn create_indexes<T: TableModel>(
                     Order::Desc => create.col((column, IndexOrder::Desc)),
                 };
             }
-            match index.predicate {
-                None => {}
-                Some(IndexPredicate::IsNull(c)) => {
-                    create.and_where(Expr::col(c).is_null());
-                }
-                Some(IndexPredicate::IsNotNull(c)) => {
-                    create.and_where(Expr::col(c).is_not_null());
-                }
-                Some(IndexPredicate::IsTrue(c)) => {
-                    create.and_where(Expr::col(c));
-                }
+            for condition in index.predicate.map(index_conditions).unwrap_or_default() {
+                create.and_where(condition);
             }
             (index.name, create)
         })

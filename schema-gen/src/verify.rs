@@ -502,7 +502,7 @@ pub(crate) mod tests {
                 "constraint jobs_pkey: is `PRIMARY KEY (id, queue)`, model says `PRIMARY KEY (id)`",
                 "missing CHECK constraint jobs_attempts_not_negative on jobs (model says `CHECK ((attempts >= 0))`)",
                 "extra constraint jobs_fk on jobs: `FOREIGN KEY (queue) REFERENCES queues(name)`",
-                "index jobs_claim_idx: is `USING btree (queue, priority, run_at, id) WHERE (claimed_at IS NULL)`, model says `USING btree (queue, priority DESC, run_at, id) WHERE (claimed_at IS NULL)`",
+                "index jobs_claim_idx: is `USING btree (queue, priority, run_at, id) WHERE (claimed_at IS NULL)`, model says `USING btree (queue, priority DESC, run_at, id) WHERE ((claimed_at IS NULL) AND ready)`",
                 "index jobs_claim_expiry_idx on jobs is INVALID (a failed CREATE INDEX CONCURRENTLY?): PostgreSQL never reads it",
                 "missing index jobs_expiry_idx on jobs (model says `USING btree (expires_at) WHERE (expires_at IS NOT NULL)`)",
                 "extra index jobs_mine_idx on jobs: `UNIQUE USING btree (queue)`",

@@ -2,14 +2,14 @@
 //! transaction inserts into (`ON CONFLICT DO NOTHING`) before performing the
 //! effect, and the [`ConsumedEvent`] shape.
 
-use sea_query::Iden;
+use sea_query::IdenStatic;
 use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{CheckDef, CheckRule, Column, IndexDef, SqlType, TableModel};
 
 /// The `consumed_events` table: one row per (consumer, event) handled.
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConsumedEvents {
     /// The table itself.
     Table,

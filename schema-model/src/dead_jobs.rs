@@ -1,7 +1,7 @@
 //! `dead_jobs`: jobs that exhausted their attempts or expired, kept for
 //! diagnosis until their own retention lapses, and the [`DeadJob`] shape.
 
-use sea_query::Iden;
+use sea_query::IdenStatic;
 use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
@@ -11,7 +11,7 @@ use crate::table::{
 };
 
 /// The `dead_jobs` table: one row per dead job, keyed by the id it had while live.
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeadJobs {
     /// The table itself.
     Table,

@@ -300,14 +300,10 @@ impl TableDescription {
                         Order::Desc => format!("{} DESC", col(column)),
                     })
                     .collect();
-                let predicate = match index.predicate {
-                    None => String::new(),
-                    Some(IndexPredicate::IsNull(c)) => format!(" WHERE ({} IS NULL)", col(c)),
-                    Some(IndexPredicate::IsNotNull(c)) => {
-                        format!(" WHERE ({} IS NOT NULL)", col(c))
-                    }
-                    Some(IndexPredicate::IsTrue(c)) => format!(" WHERE {}", col(c)),
-                };
+                let predicate = index
+                    .predicate
+                    .map(|p| format!(" WHERE {}", index_predicate(&p)))
+                    .unwrap_or_default();
                 IndexDescription {
                     name: index.name.to_owned(),
                     definition: format!("USING btree ({}){predicate}", keys.join(", ")),
@@ -337,6 +333,26 @@ impl TableDescription {
     }
 }
 
+/// A partial index's condition as `pg_get_indexdef` prints it after `WHERE`:
+/// `(claimed_at IS NULL)`, `enabled`, `(NOT ready)`,
+/// `((claimed_at IS NULL) AND ready)`.
+fn index_predicate<C: TableModel>(predicate: &IndexPredicate<C>) -> String {
+    match predicate {
+        IndexPredicate::IsNull(c) => format!("({} IS NULL)", col(*c)),
+        IndexPredicate::IsNotNull(c) => format!("({} IS NOT NULL)", col(*c)),
+        IndexPredicate::IsTrue(c) => col(*c),
+        IndexPredicate::IsFalse(c) => format!("(NOT {})", col(*c)),
+        IndexPredicate::All(conditions) => format!(
+            "({})",
+            conditions
+                .iter()
+                .map(index_predicate)
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        ),
+    }
+}
+
 /// The condition as `pg_get_constraintdef` prints it (inside `CHECK (...)`).
 fn check_condition<C: TableModel>(rule: &CheckRule<C>) -> String {
     match rule {
@@ -352,6 +368,9 @@ fn check_condition<C: TableModel>(rule: &CheckRule<C>) -> String {
                     .join(" AND ")
             };
             format!("(({}) OR ({}))", all("IS NULL"), all("IS NOT NULL"))
+        }
+        CheckRule::SetOnlyIf { column, flag } => {
+            format!("(({} IS NULL) OR {})", col(*column), col(*flag))
         }
         CheckRule::NotBefore { later, earlier } => {
             format!("({} >= {})", col(*later), col(*earlier))

@@ -1,7 +1,19 @@
 //! `jobs`: live jobs, pending or processing, and the [`Job`] / [`QueueOpts`]
 //! value shapes the engine reads and writes.
+//!
+//! **Ready and not-yet-due jobs are apart.** A job whose `run_at` is still in
+//! the future (a scheduled job, a retry backing off) is written with
+//! `ready = false` and is not in `jobs_claim_idx` at all, so a claim never
+//! reads past it, whatever its priority and however many there are. The
+//! promotion step (`schema_gen::statements::jobs::promote`) flips the due
+//! ones of a queue to ready through `jobs_promote_idx`, in `run_at` order,
+//! before the claim; this is the ready/scheduled split River and Oban use.
+//! `ready` is bookkeeping the statements derive from `run_at` (enqueue and
+//! retry set it to `run_at <= now`), so [`Job`] has no such field: the engine
+//! cannot set it wrongly. A claimed job is always ready
+//! (`jobs_claimed_job_is_ready`).
 
-use sea_query::Iden;
+use sea_query::IdenStatic;
 use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
@@ -14,7 +26,7 @@ use crate::table::{
 ///
 /// A job that exhausts its attempts or expires moves to
 /// [`DeadJobs`](crate::DeadJobs) with its id kept.
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Jobs {
     /// The table itself.
     Table,
@@ -28,6 +40,9 @@ pub enum Jobs {
     Priority,
     /// Unix seconds before which the job is not claimable.
     RunAt,
+    /// Whether the job is in the claim index (`run_at` had passed when the
+    /// job was last written); bookkeeping of the statements, not a field.
+    Ready,
     /// Unix seconds after which the job dies unclaimed, if set.
     ExpiresAt,
     /// Unix seconds when the job was enqueued.
@@ -74,6 +89,10 @@ impl TableModel for Jobs {
             Self::RunAt => Column::required(
                 BigInt,
                 "Unix seconds before which the job is not claimable.",
+            ),
+            Self::Ready => Column::required(
+                Boolean,
+                "Whether the job is in the claim index: run_at had passed when it was enqueued, retried or promoted; a not-ready job waits for the promotion step.",
             ),
             Self::ExpiresAt => Column::nullable(
                 BigInt,
@@ -131,8 +150,17 @@ impl TableModel for Jobs {
                     (Self::RunAt, Order::Asc),
                     (Self::Id, Order::Asc),
                 ],
-                predicate: Some(IndexPredicate::IsNull(Self::ClaimedAt)),
-                doc: "Claim: the next pending job of a queue by priority DESC, run_at, id, without a sort.",
+                predicate: Some(IndexPredicate::All(vec![
+                    IndexPredicate::IsNull(Self::ClaimedAt),
+                    IndexPredicate::IsTrue(Self::Ready),
+                ])),
+                doc: "Claim: the next ready, unclaimed job of a queue by priority DESC, run_at, id, without a sort; not-yet-due jobs are not in it.",
+            },
+            IndexDef {
+                name: "jobs_promote_idx",
+                keys: vec![(Self::Queue, Order::Asc), (Self::RunAt, Order::Asc)],
+                predicate: Some(IndexPredicate::IsFalse(Self::Ready)),
+                doc: "Promotion: a queue's not-ready jobs by run_at, so the due ones are made ready without reading the rest.",
             },
             IndexDef {
                 name: "jobs_claim_expiry_idx",
@@ -184,6 +212,13 @@ impl TableModel for Jobs {
                 ]),
             },
             CheckDef {
+                name: "jobs_claimed_job_is_ready",
+                rule: CheckRule::SetOnlyIf {
+                    column: Self::ClaimedAt,
+                    flag: Self::Ready,
+                },
+            },
+            CheckDef {
                 name: "jobs_claim_expires_after_claim",
                 rule: CheckRule::NotBefore {
                     later: Self::ClaimExpiresAt,
@@ -208,7 +243,8 @@ pub struct QueueOpts {
     pub dead_letter_retention_s: i64,
 }
 
-/// A live job, as the engine reads and writes a [`Jobs`] row.
+/// A live job, as the engine reads and writes a [`Jobs`] row (`ready` is
+/// the statements' bookkeeping, derived from `run_at`, so it is not a field).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     /// Engine-assigned id (enqueue order).

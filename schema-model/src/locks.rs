@@ -5,7 +5,7 @@
 //! across a release that deletes the row. A holder whose fence is lower than
 //! the current one is stale and can be refused by whatever it writes to.
 
-use sea_query::Iden;
+use sea_query::IdenStatic;
 use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
@@ -14,7 +14,7 @@ use crate::table::{
 };
 
 /// The `locks` table: one row per held lock.
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Locks {
     /// The table itself.
     Table,

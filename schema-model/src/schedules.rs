@@ -1,7 +1,7 @@
 //! `schedules`: `@every` schedules that enqueue jobs, and the [`Schedule`] /
 //! [`ScheduleOpts`] shapes.
 
-use sea_query::Iden;
+use sea_query::IdenStatic;
 use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
@@ -10,7 +10,7 @@ use crate::table::{
 };
 
 /// The `schedules` table: one row per named schedule.
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Schedules {
     /// The table itself.
     Table,

@@ -29,7 +29,7 @@
 //! Readers that do not need gap-freedom (a tail, an offset lookup) use
 //! `stream_events_stream_id_idx` in id order.
 
-use sea_query::Iden;
+use sea_query::IdenStatic;
 use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
@@ -38,7 +38,7 @@ use crate::table::{
 };
 
 /// The `stream_events` table: one row per event; its id is the stream offset.
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StreamEvents {
     /// The table itself.
     Table,
@@ -109,7 +109,7 @@ impl TableModel for StreamEvents {
 }
 
 /// The `stream_offsets` table: one checkpoint per (stream, consumer).
-#[derive(Iden, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(IdenStatic, EnumIter, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StreamOffsets {
     /// The table itself.
     Table,

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 
-use sea_query::Iden;
+use sea_query::{Iden, IdenStatic};
 use serde::Serialize;
 use strum::IntoEnumIterator;
 
@@ -112,7 +112,7 @@ pub enum Order {
 }
 
 /// The `WHERE` clause of a partial index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexPredicate<C> {
     /// `WHERE col IS NULL`.
     IsNull(C),
@@ -120,6 +120,11 @@ pub enum IndexPredicate<C> {
     IsNotNull(C),
     /// `WHERE col` (a boolean column).
     IsTrue(C),
+    /// `WHERE NOT col` (a boolean column).
+    IsFalse(C),
+    /// Every one of the conditions (`a AND b ...`); each is one of the
+    /// single-column forms above.
+    All(Vec<IndexPredicate<C>>),
 }
 
 /// A secondary index, named by a fixed literal (sea-query writes index names
@@ -147,6 +152,14 @@ pub enum CheckRule<C> {
     Positive(C),
     /// The columns are all `NULL` or all set.
     NullTogether(Vec<C>),
+    /// `column IS NULL OR flag`: `column` may only be set on a row whose
+    /// boolean `flag` is true.
+    SetOnlyIf {
+        /// The column that may be set only while `flag` holds.
+        column: C,
+        /// The boolean column.
+        flag: C,
+    },
     /// `later >= earlier` (passes while either is `NULL`).
     NotBefore {
         /// The instant that must not precede `earlier`.
@@ -199,7 +212,7 @@ impl StorageParameter {
 ///
 /// [`TableModel::column`] is an exhaustive `match`, so a new variant without a
 /// type, nullability and doc does not compile.
-pub trait TableModel: Iden + IntoEnumIterator + Copy + Eq + Debug + 'static {
+pub trait TableModel: Iden + IdenStatic + IntoEnumIterator + Copy + Eq + Debug + 'static {
     /// The `Table` variant (renders as the table's name).
     const TABLE: Self;
     /// What a row is, in one line; also emitted as `COMMENT ON TABLE`.

@@ -27,6 +27,7 @@ pub fn claim(schema: &SchemaName, queue: &str, now: i64, limit: u64) -> String {
             .from((schema.clone(), Jobs::Table))
             .and_where(Expr::col(Jobs::Queue).eq(queue))
             .and_where(Expr::col(Jobs::ClaimedAt).is_null())
+            .and_where(Expr::col(Jobs::Ready))
             .and_where(Expr::col(Jobs::RunAt).lte(now))
             .order_by(Jobs::Priority, Order::Desc)
             .order_by(Jobs::RunAt, Order::Asc)

@@ -4,6 +4,7 @@
 
 mod database;
 mod family;
+mod statements;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use schema_model::SchemaName;
 
 pub use database::DatabaseArgs;
 pub use family::TargetArgs;
+pub use statements::{StatementsArgs, StatementsFormat};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -27,6 +29,7 @@ Examples:
                                               create the schema, or confirm it is current
   DATABASE_URL=postgres://app@db/app schema-gen check
                                               list every difference between the database and the model
+  schema-gen statements --format json         the engine's hot-path statements, their $n parameters and the claim path
 
 Exit codes: 0 success (check: the schema matches the model), 1 drift (check: differences
 listed on stdout; apply: refused, nothing changed), 2 any error: usage, refused input,
@@ -68,6 +71,9 @@ pub enum Command {
     /// Compare a live PostgreSQL database with the model and print every
     /// difference (exit 0 when it matches, 1 when it differs).
     Check(DatabaseArgs),
+    /// Print every hot-path statement the engine runs, with its $n
+    /// placeholders and its parameters' names and types.
+    Statements(StatementsArgs),
 }
 
 /// Which table family (and SQL dialect) a command is about.
@@ -143,6 +149,7 @@ where
         Command::Describe { target, format } => {
             print(family::describe(&target, format), stdout, stderr)
         }
+        Command::Statements(args) => print(statements::statements(&args), stdout, stderr),
     }
 }
 

@@ -1,0 +1,194 @@
+//! `locks`: acquire, renew and release with the fence, and the sweep of
+//! lapsed locks; the [`Lock`] row mapping.
+//!
+//! A lock is held while `now < expires_at`. Acquire, renew and release each
+//! return the lock row when they took effect and nothing when they did not,
+//! so "held by someone else" and "lost" are an empty result, never an
+//! error: the caller decides whether to wait, back off or give up. The
+//! fence is drawn by the database at each acquisition and only grows per
+//! name, so whatever the holder writes to can refuse a stale holder.
+
+use sea_query::{
+    Expr, ExprTrait, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause,
+};
+
+use schema_model::{Lock, Locks, SchemaName};
+
+use super::row::get;
+use super::{FromRow, RowError, Statement, any_of, build, table};
+
+fn returning_lock() -> ReturningClause {
+    Query::returning().columns([Locks::Name, Locks::Owner, Locks::ExpiresAt, Locks::Fence])
+}
+
+impl FromRow for Lock {
+    fn from_row(row: &tokio_postgres::Row) -> Result<Self, RowError> {
+        Ok(Lock {
+            name: get(row, Locks::Name)?,
+            owner: get(row, Locks::Owner)?,
+            expires_at: get(row, Locks::ExpiresAt)?,
+            fence: get(row, Locks::Fence)?,
+        })
+    }
+}
+
+/// Acquire: takes the lock `name` for `owner` until `expires_at` if it is
+/// free or lapsed (`expires_at <= now`), drawing a new fence, and returns
+/// the [`Lock`]; returns nothing while anyone holds it, `owner` included (a
+/// holder renews instead; a restarted owner waits for its old claim to
+/// lapse, which is what the fence is for).
+///
+/// ```
+/// use schema_gen::statements::locks;
+/// use schema_model::SchemaName;
+///
+/// let s = locks::acquire(&SchemaName::default(), "ticker", "node-a", 1_700_000_030, 1_700_000_000);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"INSERT INTO "alkstore"."locks" ("name", "owner", "expires_at") VALUES ($1, $2, $3) "#,
+///         r#"ON CONFLICT ("name") DO UPDATE SET "owner" = "excluded"."owner", "expires_at" = "excluded"."expires_at", "#,
+///         r#""fence" = DEFAULT WHERE "locks"."expires_at" <= $4 "#,
+///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["name", "owner", "expires_at", "now"]);
+/// ```
+pub fn acquire(
+    schema: &SchemaName,
+    name: &str,
+    owner: &str,
+    expires_at: i64,
+    now: i64,
+) -> Statement {
+    build("lock_acquire", |b| {
+        let values = [
+            b.col(Locks::Name, name),
+            b.col(Locks::Owner, owner),
+            b.col(Locks::ExpiresAt, expires_at),
+        ];
+        let lapsed = Expr::col((Locks::Table, Locks::ExpiresAt)).lte(b.now(now));
+        Query::insert()
+            .into_table(table::<Locks>(schema))
+            .columns([Locks::Name, Locks::Owner, Locks::ExpiresAt])
+            .values_panic(values)
+            .on_conflict(
+                OnConflict::column(Locks::Name)
+                    .update_columns([Locks::Owner, Locks::ExpiresAt])
+                    .value(Locks::Fence, Expr::keyword_default())
+                    .action_and_where(lapsed)
+                    .to_owned(),
+            )
+            .returning(returning_lock())
+            .to_owned()
+    })
+}
+
+/// Renew: moves the lock's `expires_at` while `owner` still holds it with
+/// `fence` and it has not lapsed (`expires_at > now`); returns the
+/// [`Lock`], or nothing when the lock was lost (lapsed, or taken over: a
+/// lapsed lock must be acquired again, with a new fence).
+///
+/// ```
+/// use schema_gen::statements::locks;
+/// use schema_model::SchemaName;
+///
+/// let s = locks::renew(&SchemaName::default(), "ticker", "node-a", 7, 1_700_000_060, 1_700_000_020);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"UPDATE "alkstore"."locks" SET "expires_at" = $1 "#,
+///         r#"WHERE "name" = $2 AND "owner" = $3 AND "fence" = $4 AND "expires_at" > $5 "#,
+///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["expires_at", "name", "owner", "fence", "now"]);
+/// ```
+pub fn renew(
+    schema: &SchemaName,
+    name: &str,
+    owner: &str,
+    fence: i64,
+    expires_at: i64,
+    now: i64,
+) -> Statement {
+    build("lock_renew", |b| {
+        Query::update()
+            .table(table::<Locks>(schema))
+            .value(Locks::ExpiresAt, b.col(Locks::ExpiresAt, expires_at))
+            .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, name)))
+            .and_where(Expr::col(Locks::Owner).eq(b.col(Locks::Owner, owner)))
+            .and_where(Expr::col(Locks::Fence).eq(b.col(Locks::Fence, fence)))
+            .and_where(Expr::col(Locks::ExpiresAt).gt(b.now(now)))
+            .returning(returning_lock())
+            .to_owned()
+    })
+}
+
+/// Release: deletes the lock while `owner` holds it with `fence` (lapsed or
+/// not: nobody else has taken it); returns the [`Lock`], or nothing when it
+/// was taken over. The fence keeps growing after a release (it is an
+/// identity), so the next holder's is higher.
+///
+/// ```
+/// use schema_gen::statements::locks;
+/// use schema_model::SchemaName;
+///
+/// let s = locks::release(&SchemaName::default(), "ticker", "node-a", 7);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"DELETE FROM "alkstore"."locks" WHERE "name" = $1 AND "owner" = $2 AND "fence" = $3 "#,
+///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["name", "owner", "fence"]);
+/// ```
+pub fn release(schema: &SchemaName, name: &str, owner: &str, fence: i64) -> Statement {
+    build("lock_release", |b| {
+        Query::delete()
+            .from_table(table::<Locks>(schema))
+            .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, name)))
+            .and_where(Expr::col(Locks::Owner).eq(b.col(Locks::Owner, owner)))
+            .and_where(Expr::col(Locks::Fence).eq(b.col(Locks::Fence, fence)))
+            .returning(returning_lock())
+            .to_owned()
+    })
+}
+
+/// Sweep: deletes up to `limit` lapsed locks (`expires_at <= now`), oldest
+/// first, through `locks_expiry_idx`, and returns them. Housekeeping only:
+/// [`acquire`] takes a lapsed lock over without it.
+///
+/// ```
+/// use schema_gen::statements::locks;
+/// use schema_model::SchemaName;
+///
+/// let s = locks::sweep(&SchemaName::default(), 1_700_000_000, 100);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"DELETE FROM "alkstore"."locks" WHERE "name" = ANY(ARRAY (SELECT "name" FROM "alkstore"."locks" "#,
+///         r#"WHERE "expires_at" <= $1 ORDER BY "expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) "#,
+///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["now", "limit"]);
+/// ```
+pub fn sweep(schema: &SchemaName, now: i64, limit: u32) -> Statement {
+    build("lock_sweep", |b| {
+        let mut lapsed = Query::select();
+        lapsed
+            .column(Locks::Name)
+            .from(table::<Locks>(schema))
+            .and_where(Expr::col(Locks::ExpiresAt).lte(b.now(now)))
+            .order_by(Locks::ExpiresAt, Order::Asc);
+        b.limit(&mut lapsed, limit);
+        lapsed.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        Query::delete()
+            .from_table(table::<Locks>(schema))
+            .and_where(any_of(Locks::Name, lapsed))
+            .returning(returning_lock())
+            .to_owned()
+    })
+}

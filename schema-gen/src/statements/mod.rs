@@ -1,0 +1,397 @@
+//! The engine's hot-path statements and the row mapping of its value shapes:
+//! the SQL engine code runs, as a public API, so engine code, tests,
+//! benchmarks and `schema-gen statements` all run the same text.
+//!
+//! One function per statement, one file per table family (like the model).
+//! Each takes the [`SchemaName`] and typed inputs and returns a
+//! [`Statement`]: the SQL text with `$n` placeholders, built with sea-query
+//! from the model's typed identifiers; the values to bind, through
+//! sea-query's maintained tokio-postgres binder (`sea-query-postgres`), never
+//! inlined into the text (literals are re-planned on every call: measured
+//! here, about 60% more per claim than a prepared statement); and one
+//! [`Param`] per placeholder, named after the value shape's field it carries
+//! (`queue`, `run_at`, ...), `now` for the current unix second, `limit` for
+//! a batch size. The text depends on the schema name only, so an engine can
+//! prepare it once and execute it with new values.
+//!
+//! ```no_run
+//! # async fn demo(client: &tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use schema_gen::statements::{jobs, FromRow};
+//! use schema_model::{Job, SchemaName};
+//!
+//! let schema = SchemaName::default();
+//! let now = 1_700_000_000;
+//! // The claim path: promote the queue's due jobs, then claim.
+//! let promote = jobs::promote(&schema, "mail", now, 100);
+//! client.execute(promote.sql(), &promote.args()).await?;
+//! let claim = jobs::claim(&schema, "mail", "worker-1", now, 10);
+//! for row in client.query(claim.sql(), &claim.args()).await? {
+//!     let job = Job::from_row(&row)?;
+//!     // ... run it, then ack with the claim's token (id, worker_id, attempts):
+//!     let ack = jobs::ack(&schema, job.id, "worker-1", job.attempts);
+//!     client.execute(ack.sql(), &ack.args()).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # The claim: why ready/scheduled split
+//!
+//! The claim reads `jobs_claim_idx (queue, priority DESC, run_at, id)`. With
+//! only `claimed_at IS NULL` as its predicate, jobs that are not yet due
+//! (scheduled jobs, retries backing off) at a higher priority sat in front
+//! of the due ones and every claim read past all of them: measured here, at
+//! 1M such jobs one claim read about 5,000 buffers, against about 15 with
+//! none. The designs weighed (the benchmark compares them, BENCHMARKS.md):
+//!
+//! - **ready/scheduled split** (chosen; River and Oban do this): a job is in
+//!   the claim index only once it is `ready` (`WHERE claimed_at IS NULL AND
+//!   ready`). Enqueue and retry set `ready = run_at <= now`; the
+//!   [`jobs::promote`] statement flips a queue's due, not-ready jobs to ready
+//!   through its own index `jobs_promote_idx (queue, run_at) WHERE NOT
+//!   ready`, bounded by a `LIMIT`, with `SKIP LOCKED`. A claim then reads
+//!   only claimable entries, whatever the number of not-yet-due jobs at any
+//!   priority, and a poll of a queue holding only future jobs stops at the
+//!   first entry of each index, like a poll of an empty queue. The price is
+//!   one more statement per poll (usually an index probe that finds nothing)
+//!   and one more write per scheduled job when it comes due.
+//! - **a skip scan over priorities** (one index probe per distinct priority,
+//!   each with `run_at <= now` as a range condition): no extra write, but the
+//!   cost grows with the number of priorities in use, and the statement text
+//!   depends on them.
+//! - **a separate table for future jobs**: the same split as a move between
+//!   tables (a delete and an insert instead of an update), with a second
+//!   shape to keep in step.
+//!
+//! [`CLAIM_PATH`] lists, in order, the statements one claim runs.
+//!
+//! # Claims are fenced by (id, worker_id, attempts)
+//!
+//! `attempts` counts claims: [`jobs::claim`] increments it, so a job's
+//! `(id, worker_id, attempts)` names one claim. [`jobs::ack`],
+//! [`jobs::retry`] and [`jobs::kill`] only act on the job while that claim
+//! holds; a worker whose claim lapsed and was reaped (and perhaps claimed
+//! again, even by the same worker) changes nothing and sees zero rows.
+//!
+//! # Row mapping
+//!
+//! [`FromRow`] decodes each value shape from a `tokio_postgres::Row` by the
+//! model's typed column names (`Jobs::Priority`, never `"priority"`); a
+//! missing column or a column of the wrong type is a [`RowError`] naming
+//! it, never a default. The statements that write a shape take it whole
+//! ([`jobs::enqueue`] takes a [`Job`](schema_model::Job)) and bind each field to
+//! its column.
+
+pub mod consumed_events;
+pub mod dead_jobs;
+pub mod jobs;
+pub mod locks;
+mod row;
+pub mod schedules;
+pub mod streams;
+
+pub use row::{FromRow, RowError};
+
+use sea_query::{Alias, Expr, ExprTrait, IdenStatic, PostgresQueryBuilder, SelectStatement, Value};
+use sea_query_postgres::{PostgresBinder, PostgresValues};
+use serde::Serialize;
+use tokio_postgres::types::{ToSql, Type};
+
+use schema_model::{SchemaName, SqlType, TableModel};
+
+/// The statements one claim runs, in order: promote the queue's due jobs,
+/// then claim.
+pub const CLAIM_PATH: [&str; 2] = ["promote", "claim"];
+
+/// One hot-path statement: its SQL with `$n` placeholders, the values to
+/// bind, and each placeholder's name and type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    name: &'static str,
+    sql: String,
+    params: Vec<Param>,
+    values: PostgresValues,
+}
+
+/// One placeholder of a [`Statement`]: `$1` is the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Param {
+    /// The value shape's field it carries (`queue`, `run_at`, ...), or `now`
+    /// (the current unix second) or `limit` (a batch size). A statement that
+    /// uses one value twice has two placeholders of that name.
+    pub name: &'static str,
+    /// Its type.
+    pub sql_type: SqlType,
+}
+
+impl Statement {
+    /// The statement's name, as `schema-gen statements` lists it (`claim`,
+    /// `stream_append`, ...).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The SQL, with `$1`, `$2`, ... placeholders. It depends only on the
+    /// schema name, never on the values, so it can be prepared once.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// One entry per placeholder, in order.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The placeholders' names, in order.
+    pub fn param_names(&self) -> Vec<&'static str> {
+        self.params.iter().map(|p| p.name).collect()
+    }
+
+    /// The placeholders' types, for `prepare_typed`.
+    pub fn param_types(&self) -> Vec<Type> {
+        self.params.iter().map(|p| pg_type(p.sql_type)).collect()
+    }
+
+    /// The values bound through `sea-query-postgres`.
+    pub fn values(&self) -> &PostgresValues {
+        &self.values
+    }
+
+    /// The values as tokio-postgres parameters:
+    /// `client.query(statement.sql(), &statement.args())`.
+    pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.values.as_params()
+    }
+}
+
+/// The tokio-postgres type of a model type.
+pub fn pg_type(sql_type: SqlType) -> Type {
+    match sql_type {
+        SqlType::BigInt => Type::INT8,
+        SqlType::Integer => Type::INT4,
+        SqlType::Text => Type::TEXT,
+        SqlType::Bytea => Type::BYTEA,
+        SqlType::Boolean => Type::BOOL,
+        SqlType::Xid8 => Type::XID8,
+    }
+}
+
+/// Every statement, in family order, built with placeholder inputs: what
+/// `schema-gen statements` prints (the values are not shown).
+///
+/// ```
+/// use schema_gen::statements::{all, CLAIM_PATH};
+/// use schema_model::SchemaName;
+///
+/// let statements = all(&SchemaName::default());
+/// let names: Vec<&str> = statements.iter().map(|s| s.name()).collect();
+/// assert!(CLAIM_PATH.iter().all(|step| names.contains(step)));
+/// ```
+pub fn all(schema: &SchemaName) -> Vec<Statement> {
+    let job = schema_model::Job::default();
+    let now = 0;
+    let limit = 1;
+    vec![
+        jobs::enqueue(schema, &job, now),
+        jobs::promote(schema, "", now, limit),
+        jobs::claim(schema, "", "", now, limit),
+        jobs::ack(schema, 0, "", 0),
+        jobs::retry(schema, 0, "", 0, now, None, now),
+        jobs::kill(schema, 0, "", 0, None, now),
+        jobs::reap(schema, now, limit),
+        jobs::reap_exhausted(schema, now, limit),
+        jobs::expire(schema, now, limit),
+        dead_jobs::sweep(schema, now, limit),
+        streams::append(schema, &schema_model::StreamEvent::default()),
+        streams::read(schema, "", 0, limit),
+        streams::read_in_commit_order(schema, "", 0, limit),
+        streams::checkpoint(schema, &schema_model::ConsumerOffset::default()),
+        streams::read_checkpoint(schema, "", ""),
+        schedules::register(schema, &schema_model::Schedule::default()),
+        schedules::due(schema, now, limit),
+        schedules::advance(schema, "", 0, 0),
+        locks::acquire(schema, "", "", 0, now),
+        locks::renew(schema, "", "", 0, 0, now),
+        locks::release(schema, "", "", 0),
+        locks::sweep(schema, now, limit),
+        consumed_events::claim(schema, &schema_model::ConsumedEvent::default()),
+    ]
+}
+
+/// `"schema"."table"`, as sea-query's table reference.
+fn table<T: TableModel>(schema: &SchemaName) -> (Alias, T) {
+    (Alias::new(schema.as_str()), T::TABLE)
+}
+
+/// `column = ANY(ARRAY(<select>))`: the rows `select` picks (and locks),
+/// found through the primary key. The array makes the subquery an InitPlan
+/// run once, so the outer scan is always an index scan on the key, never a
+/// join the planner could turn into a hash or a sort.
+fn any_of<C: TableModel>(column: C, select: SelectStatement) -> Expr {
+    Expr::cust_with_exprs(
+        "$1 = ANY(ARRAY $2)",
+        [
+            Expr::col(column),
+            Expr::SubQuery(None, Box::new(select.into())),
+        ],
+    )
+}
+
+/// `CAST(<expr> AS <type>)`, for a placeholder whose type the server could
+/// not infer from its context.
+fn cast(expr: Expr, sql_type: SqlType) -> Expr {
+    expr.cast_as(Alias::new(sql_type.pg_name()))
+}
+
+/// Collects the placeholders of a statement while it is built, in the order
+/// the builder asks for them (which [`build`] checks is the order sea-query
+/// numbers them).
+#[derive(Default)]
+struct Binder {
+    params: Vec<Param>,
+    /// Marking pass: every value is its placeholder's index, so the rendered
+    /// values show the order sea-query numbered them in.
+    marking: bool,
+}
+
+impl Binder {
+    fn bind(&mut self, name: &'static str, sql_type: SqlType, value: Value) -> Expr {
+        let index = self.params.len() as u64;
+        self.params.push(Param { name, sql_type });
+        if self.marking {
+            Expr::val(index)
+        } else {
+            Expr::val(value)
+        }
+    }
+
+    /// A value for `column`, named and typed after it.
+    fn col<C: TableModel + IdenStatic>(&mut self, column: C, value: impl Into<Value>) -> Expr {
+        let sql_type = column
+            .column()
+            .map_or(SqlType::Text, |definition| definition.sql_type);
+        self.bind(column.as_str(), sql_type, value.into())
+    }
+
+    /// The current unix second.
+    fn now(&mut self, now: i64) -> Expr {
+        self.bind("now", SqlType::BigInt, now.into())
+    }
+
+    /// `LIMIT $n` on `select` (sea-query binds the limit itself).
+    fn limit(&mut self, select: &mut SelectStatement, limit: u32) {
+        let index = self.params.len() as u64;
+        self.params.push(Param {
+            name: "limit",
+            sql_type: SqlType::BigInt,
+        });
+        select.limit(if self.marking {
+            index
+        } else {
+            u64::from(limit)
+        });
+    }
+}
+
+/// Builds a statement with `build`, which asks the [`Binder`] for every
+/// placeholder value in the order they appear in the text.
+fn build<Q, F>(name: &'static str, build: F) -> Statement
+where
+    Q: PostgresBinder,
+    F: Fn(&mut Binder) -> Q,
+{
+    let mut binder = Binder::default();
+    let (sql, values) = build(&mut binder).build_postgres(PostgresQueryBuilder);
+    // The names are recorded in call order, the values come out in
+    // placeholder order: a statement that asked in another order would name
+    // its placeholders wrongly. Every statement is built by the tests, which
+    // run with debug assertions, so this cannot ship unnoticed.
+    #[cfg(debug_assertions)]
+    {
+        let mut marking = Binder {
+            marking: true,
+            ..Binder::default()
+        };
+        let (marked_sql, marks) = build(&mut marking).build_postgres(PostgresQueryBuilder);
+        let order: Vec<Value> = marks.0.into_iter().map(|v| v.0).collect();
+        let expected: Vec<Value> = (0..binder.params.len() as u64).map(Value::from).collect();
+        debug_assert_eq!(marked_sql, sql, "{name}: the text depends on the values");
+        debug_assert_eq!(
+            order, expected,
+            "{name}: placeholders were asked for out of text order"
+        );
+        for (param, value) in binder.params.iter().zip(&values.0) {
+            debug_assert!(
+                value_fits(param.sql_type, &value.0),
+                "{name}: {} is a {:?} placeholder bound to {:?}",
+                param.name,
+                param.sql_type,
+                value.0
+            );
+        }
+    }
+    Statement {
+        name,
+        sql,
+        params: binder.params,
+        values,
+    }
+}
+
+/// Whether a bound value has the wire type of its placeholder (the binder
+/// sends each value in its own binary format, so an `i32` bound for a
+/// `bigint` would be refused by the server).
+#[cfg(debug_assertions)]
+fn value_fits(sql_type: SqlType, value: &Value) -> bool {
+    matches!(
+        (sql_type, value),
+        (SqlType::BigInt, Value::BigInt(_) | Value::BigUnsigned(_))
+            | (SqlType::Integer, Value::Int(_))
+            | (SqlType::Text, Value::String(_))
+            | (SqlType::Bytea, Value::Bytes(_))
+            | (SqlType::Boolean, Value::Bool(_))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_has_a_unique_name_and_one_param_per_placeholder() {
+        let statements = all(&SchemaName::default());
+        let mut names: Vec<&str> = statements.iter().map(Statement::name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), statements.len(), "duplicate statement names");
+        for statement in &statements {
+            let count = statement.params().len();
+            assert_eq!(statement.values().0.len(), count, "{}", statement.name());
+            for n in 1..=count {
+                assert!(
+                    statement.sql().contains(&format!("${n}")),
+                    "{}: no ${n} in {}",
+                    statement.name(),
+                    statement.sql()
+                );
+            }
+            assert!(
+                !statement.sql().contains(&format!("${}", count + 1)),
+                "{}: more placeholders than params",
+                statement.name()
+            );
+        }
+    }
+
+    /// The order check of [`build`] fires on a statement that asks for its
+    /// values out of text order.
+    #[test]
+    #[should_panic(expected = "placeholders were asked for out of text order")]
+    fn a_statement_that_asks_out_of_order_is_caught() {
+        use sea_query::Query;
+        build("backwards", |b| {
+            let second = b.now(2);
+            let first = b.col(schema_model::Jobs::Queue, "q");
+            Query::select().expr(first).expr(second).to_owned()
+        });
+    }
+}

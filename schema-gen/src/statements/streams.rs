@@ -1,0 +1,271 @@
+//! `stream_events` and `stream_offsets`: append, the two readers, and the
+//! checkpoint; the [`StreamEvent`] and [`ConsumerOffset`] row mappings.
+//!
+//! Two readers, as `schema_model::streams` explains: [`read`] goes in id
+//! order (a tail, an offset lookup; it can skip an id that commits after a
+//! higher one), [`read_in_commit_order`] is the gap-free reader (commit
+//! order below the snapshot horizon). A consumer that must see every event
+//! uses the second and checkpoints the id of the last event it processed.
+
+use sea_query::{Alias, Expr, ExprTrait, Func, OnConflict, Order, Query};
+
+use schema_model::{
+    ConsumerOffset, SchemaName, StreamEvent, StreamEvents, StreamOffsets, TableModel,
+};
+
+use super::row::get;
+use super::{FromRow, RowError, Statement, build, table};
+
+/// The columns of [`StreamEvent`]: every column but `tx_id`, the
+/// database's commit-order bookkeeping.
+pub fn event_columns() -> Vec<StreamEvents> {
+    StreamEvents::columns()
+        .into_iter()
+        .map(|(column, _)| column)
+        .filter(|column| *column != StreamEvents::TxId)
+        .collect()
+}
+
+impl FromRow for StreamEvent {
+    fn from_row(row: &tokio_postgres::Row) -> Result<Self, RowError> {
+        Ok(StreamEvent {
+            id: get(row, StreamEvents::Id)?,
+            stream: get(row, StreamEvents::Stream)?,
+            key: get(row, StreamEvents::Key)?,
+            payload: get(row, StreamEvents::Payload)?,
+            created_at: get(row, StreamEvents::CreatedAt)?,
+        })
+    }
+}
+
+impl FromRow for ConsumerOffset {
+    fn from_row(row: &tokio_postgres::Row) -> Result<Self, RowError> {
+        Ok(ConsumerOffset {
+            stream: get(row, StreamOffsets::Stream)?,
+            consumer: get(row, StreamOffsets::Consumer)?,
+            offset: get(row, StreamOffsets::Offset)?,
+        })
+    }
+}
+
+/// Append: inserts `event` (its `id` is left out: the database assigns the
+/// offset, and `tx_id` records the appending transaction) and returns the
+/// offset (`RETURNING id`).
+///
+/// ```
+/// use schema_gen::statements::streams;
+/// use schema_model::{SchemaName, StreamEvent};
+///
+/// let s = streams::append(&SchemaName::default(), &StreamEvent::default());
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"INSERT INTO "alkstore"."stream_events" ("stream", "key", "payload", "created_at") "#,
+///         r#"VALUES ($1, $2, $3, $4) RETURNING "id""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["stream", "key", "payload", "created_at"]);
+/// ```
+pub fn append(schema: &SchemaName, event: &StreamEvent) -> Statement {
+    build("stream_append", |b| {
+        let values = [
+            b.col(StreamEvents::Stream, event.stream.clone()),
+            b.col(StreamEvents::Key, event.key.clone()),
+            b.col(StreamEvents::Payload, event.payload.clone()),
+            b.col(StreamEvents::CreatedAt, event.created_at),
+        ];
+        Query::insert()
+            .into_table(table::<StreamEvents>(schema))
+            .columns([
+                StreamEvents::Stream,
+                StreamEvents::Key,
+                StreamEvents::Payload,
+                StreamEvents::CreatedAt,
+            ])
+            .values_panic(values)
+            .returning_col(StreamEvents::Id)
+            .to_owned()
+    })
+}
+
+/// Read in id order: up to `limit` events of `stream` after `offset`
+/// (`id > offset`, id order), through `stream_events_stream_id_idx`. An id
+/// that commits after a higher one can be skipped by this reader; use
+/// [`read_in_commit_order`] to see every event.
+///
+/// ```
+/// use schema_gen::statements::streams;
+/// use schema_model::SchemaName;
+///
+/// let s = streams::read(&SchemaName::default(), "orders", 41, 100);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"SELECT "id", "stream", "key", "payload", "created_at" FROM "alkstore"."stream_events" "#,
+///         r#"WHERE "stream" = $1 AND "id" > $2 ORDER BY "id" ASC LIMIT $3"#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["stream", "offset", "limit"]);
+/// ```
+pub fn read(schema: &SchemaName, stream: &str, offset: i64, limit: u32) -> Statement {
+    build("stream_read", |b| {
+        let mut select = Query::select();
+        select
+            .columns(event_columns())
+            .from(table::<StreamEvents>(schema))
+            .and_where(Expr::col(StreamEvents::Stream).eq(b.col(StreamEvents::Stream, stream)))
+            .and_where(Expr::col(StreamEvents::Id).gt(b.col(StreamOffsets::Offset, offset)))
+            .order_by(StreamEvents::Id, Order::Asc);
+        b.limit(&mut select, limit);
+        select
+    })
+}
+
+/// The gap-free reader: up to `limit` events of `stream` after the
+/// checkpoint event `offset`, in commit order (`tx_id, id`), only from
+/// transactions older than every transaction still running (`tx_id <
+/// pg_snapshot_xmin(pg_current_snapshot())`), through
+/// `stream_events_commit_order_idx`. It resumes after the `(tx_id, id)` of
+/// the event with id `offset` (0: from the start), so an id that commits
+/// late is delivered after the ones read before it, never skipped. A long
+/// transaction anywhere in the database delays delivery until it ends.
+///
+/// ```
+/// use schema_gen::statements::streams;
+/// use schema_model::SchemaName;
+///
+/// let s = streams::read_in_commit_order(&SchemaName::default(), "orders", 41, 100);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"SELECT "id", "stream", "key", "payload", "created_at" FROM "alkstore"."stream_events" "#,
+///         r#"WHERE "stream" = $1 "#,
+///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $3) "#,
+///         r#"AND "tx_id" < (pg_snapshot_xmin(pg_current_snapshot())) "#,
+///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $4"#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["stream", "offset", "offset", "limit"]);
+/// ```
+pub fn read_in_commit_order(
+    schema: &SchemaName,
+    stream: &str,
+    offset: i64,
+    limit: u32,
+) -> Statement {
+    build("stream_read_in_commit_order", |b| {
+        let stream = Expr::col(StreamEvents::Stream).eq(b.col(StreamEvents::Stream, stream));
+        let checkpoint_tx = Query::select()
+            .column(StreamEvents::TxId)
+            .from(table::<StreamEvents>(schema))
+            .and_where(Expr::col(StreamEvents::Id).eq(b.col(StreamOffsets::Offset, offset)))
+            .to_owned();
+        let resume_after = Expr::tuple([
+            Func::coalesce([
+                Expr::SubQuery(None, Box::new(checkpoint_tx.into())),
+                Expr::cust("'0'::xid8"),
+            ])
+            .into(),
+            b.col(StreamOffsets::Offset, offset),
+        ]);
+        let mut select = Query::select();
+        select
+            .columns(event_columns())
+            .from(table::<StreamEvents>(schema))
+            .and_where(stream)
+            .and_where(
+                Expr::tuple([Expr::col(StreamEvents::TxId), Expr::col(StreamEvents::Id)])
+                    .gt(resume_after),
+            )
+            .and_where(
+                Expr::col(StreamEvents::TxId)
+                    .lt(Expr::cust("pg_snapshot_xmin(pg_current_snapshot())")),
+            )
+            .order_by(StreamEvents::TxId, Order::Asc)
+            .order_by(StreamEvents::Id, Order::Asc);
+        b.limit(&mut select, limit);
+        select
+    })
+}
+
+/// Checkpoint: moves `offset.consumer`'s checkpoint on `offset.stream` to
+/// `offset.offset`, only ever forward: a lower or equal offset changes
+/// nothing (the row count is 0), a first checkpoint inserts the row.
+///
+/// ```
+/// use schema_gen::statements::streams;
+/// use schema_model::{ConsumerOffset, SchemaName};
+///
+/// let s = streams::checkpoint(&SchemaName::default(), &ConsumerOffset::default());
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"INSERT INTO "alkstore"."stream_offsets" ("stream", "consumer", "offset") VALUES ($1, $2, $3) "#,
+///         r#"ON CONFLICT ("stream", "consumer") DO UPDATE SET "offset" = "excluded"."offset" "#,
+///         r#"WHERE "stream_offsets"."offset" < "excluded"."offset""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["stream", "consumer", "offset"]);
+/// ```
+pub fn checkpoint(schema: &SchemaName, offset: &ConsumerOffset) -> Statement {
+    build("checkpoint", |b| {
+        let values = [
+            b.col(StreamOffsets::Stream, offset.stream.clone()),
+            b.col(StreamOffsets::Consumer, offset.consumer.clone()),
+            b.col(StreamOffsets::Offset, offset.offset),
+        ];
+        Query::insert()
+            .into_table(table::<StreamOffsets>(schema))
+            .columns([
+                StreamOffsets::Stream,
+                StreamOffsets::Consumer,
+                StreamOffsets::Offset,
+            ])
+            .values_panic(values)
+            .on_conflict(
+                OnConflict::columns([StreamOffsets::Stream, StreamOffsets::Consumer])
+                    .update_column(StreamOffsets::Offset)
+                    .action_and_where(
+                        Expr::col((StreamOffsets::Table, StreamOffsets::Offset))
+                            .lt(Expr::col((Alias::new("excluded"), StreamOffsets::Offset))),
+                    )
+                    .to_owned(),
+            )
+            .to_owned()
+    })
+}
+
+/// Read a checkpoint: `consumer`'s checkpoint on `stream` as a
+/// [`ConsumerOffset`], or no row before its first checkpoint (start from
+/// offset 0).
+///
+/// ```
+/// use schema_gen::statements::streams;
+/// use schema_model::SchemaName;
+///
+/// let s = streams::read_checkpoint(&SchemaName::default(), "orders", "billing");
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"SELECT "stream", "consumer", "offset" FROM "alkstore"."stream_offsets" "#,
+///         r#"WHERE "stream" = $1 AND "consumer" = $2"#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["stream", "consumer"]);
+/// ```
+pub fn read_checkpoint(schema: &SchemaName, stream: &str, consumer: &str) -> Statement {
+    build("checkpoint_read", |b| {
+        Query::select()
+            .columns([
+                StreamOffsets::Stream,
+                StreamOffsets::Consumer,
+                StreamOffsets::Offset,
+            ])
+            .from(table::<StreamOffsets>(schema))
+            .and_where(Expr::col(StreamOffsets::Stream).eq(b.col(StreamOffsets::Stream, stream)))
+            .and_where(
+                Expr::col(StreamOffsets::Consumer).eq(b.col(StreamOffsets::Consumer, consumer)),
+            )
+            .to_owned()
+    })
+}
