@@ -115,9 +115,11 @@ pub async fn table_stats(admin: &Client, schema: &SchemaName) -> TableStats {
     let relation = format!("{schema}.jobs");
     let row = admin
         .query_one(
-            "SELECT pg_relation_size($1::text::regclass), n_tup_upd, n_tup_hot_upd, n_dead_tup, \
-             n_live_tup, autovacuum_count \
-             FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
+            &format!(
+                "SELECT pg_relation_size($1::text::regclass), n_tup_upd, n_tup_hot_upd, \
+                 n_dead_tup, (SELECT count(*) FROM {relation}), autovacuum_count \
+                 FROM pg_stat_user_tables WHERE relid = $1::text::regclass"
+            ),
             &[&relation],
         )
         .await

@@ -147,7 +147,9 @@ impl From<schema_gen::statements::Statement> for Stmt {
                 | Value::BigUnsigned(None)
                 | Value::String(None)
                 | Value::Bytes(None) => Param::Null,
-                other => panic!("a product statement binds a value the benchmark cannot show: {other:?}"),
+                other => {
+                    panic!("a product statement binds a value the benchmark cannot show: {other:?}")
+                }
             })
             .collect();
         Self {

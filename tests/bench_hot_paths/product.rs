@@ -1,16 +1,20 @@
-//! The product's design (b): its schema from `schema_gen::bootstrap`, its
-//! statements from `schema_gen::statements`.
-//!
-//! TEMPORARY: until the statements API lands on branch issue-10 these are
-//! main's base-design statements, written here; they are replaced by calls to
-//! the product's statement functions when it is merged.
+//! The product's design (b), the ready/scheduled split: its schema from
+//! `schema_gen::bootstrap`, every statement from the product's own statement
+//! functions (`schema_gen::statements::jobs`), bound through the product's
+//! binder; nothing here writes SQL. Only the bulk seeding (designs.rs) is
+//! hand-written, and it fills `ready` the way enqueue does (`run_at <= now`).
 
-use schema_model::SchemaName;
+use schema_gen::statements::{CLAIM_PATH, FromRow, jobs};
+use schema_model::{Job, QueueOpts, SchemaName, TableModel};
 
-use crate::pool::{Param, Stmt};
+use crate::pool::Stmt;
 
 /// What the claim path is called in the report.
-pub const LABEL: &str = "(b) product";
+pub const LABEL: &str = "(b) product: ready/scheduled split";
+
+/// Jobs one promotion makes ready at most, per job claimed: the statement's
+/// docs advise a limit well above the claim's batch, so promotion keeps ahead.
+const PROMOTE_PER_CLAIMED: u32 = 10;
 
 /// Creates the product's schema as the engine does at open.
 pub async fn create(admin: &mut tokio_postgres::Client, schema: &SchemaName) {
@@ -20,12 +24,14 @@ pub async fn create(admin: &mut tokio_postgres::Client, schema: &SchemaName) {
 }
 
 /// Columns the product's design adds to a seeded job, as SQL over the job's
-/// kind `k` ('future', 'claimed', 'due').
+/// kind `k` ('future', 'claimed', 'due'): `ready` is `run_at <= now`, as
+/// enqueue and retry write it (a claimed job is always ready).
 pub fn seed_extra() -> Vec<(&'static str, &'static str)> {
-    Vec::new()
+    vec![("ready", "k <> 'future'")]
 }
 
-/// The statements one claim of up to `limit` jobs runs, in order.
+/// The statements one claim of up to `limit` jobs runs, in the product's
+/// order ([`CLAIM_PATH`]).
 pub fn claim_path(
     schema: &SchemaName,
     queue: &str,
@@ -33,21 +39,41 @@ pub fn claim_path(
     worker: &str,
     limit: i64,
 ) -> Vec<Stmt> {
-    vec![crate::designs::base_claim(
-        schema.as_str(),
-        queue,
-        now,
-        worker,
-        limit,
-    )]
+    let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+    CLAIM_PATH
+        .iter()
+        .map(|step| match *step {
+            "promote" => jobs::promote(
+                schema,
+                queue,
+                now,
+                limit.saturating_mul(PROMOTE_PER_CLAIMED),
+            ),
+            "claim" => jobs::claim(schema, queue, worker, now, limit),
+            other => {
+                panic!("the product's claim path has a step the benchmark does not know: {other}")
+            }
+        })
+        .map(Stmt::from)
+        .collect()
 }
 
 /// The names of the claim path's statements, for the report.
 pub fn claim_path_names() -> Vec<String> {
-    vec!["claim".to_owned()]
+    CLAIM_PATH.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// Enqueues `payloads` (one job each, due at `run_at`), returning their ids.
+/// The queue options stamped on every benchmark job.
+fn opts() -> QueueOpts {
+    QueueOpts {
+        visibility_timeout_s: 300,
+        max_attempts: 25,
+        backoff_base_s: 10,
+        dead_letter_retention_s: 604_800,
+    }
+}
+
+/// Enqueues `payloads`, one job each, due at `run_at`: one statement per job.
 pub fn enqueue(
     schema: &SchemaName,
     queue: &str,
@@ -58,20 +84,17 @@ pub fn enqueue(
     payloads
         .iter()
         .map(|payload| {
-            Stmt::new(
-                format!(
-                    "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, expires_at, \
-                     enqueued_at, visibility_timeout_s, max_attempts, backoff_base_s, \
-                     dead_letter_retention_s, attempts) \
-                     VALUES ($1, $2, 0, $3, NULL, $4, 300, 25, 10, 604800, 0) RETURNING id"
-                ),
-                vec![
-                    Param::Text(queue.to_owned()),
-                    Param::Bytes(payload.clone()),
-                    Param::Int(run_at),
-                    Param::Int(now),
-                ],
-            )
+            let job = Job {
+                queue: queue.to_owned(),
+                payload: payload.clone(),
+                priority: 0,
+                run_at,
+                expires_at: None,
+                enqueued_at: now,
+                opts: opts(),
+                ..Job::default()
+            };
+            Stmt::from(jobs::enqueue(schema, &job, now))
         })
         .collect()
 }
@@ -82,27 +105,24 @@ pub struct Claimed {
     pub attempts: i32,
 }
 
-/// The jobs a claim returned, decoded.
+/// The jobs a claim returned, decoded with the product's row mapping.
 pub fn claimed(rows: &[tokio_postgres::Row]) -> Result<Vec<Claimed>, String> {
     rows.iter()
-        .map(|r| {
+        .map(|row| {
+            let job = Job::from_row(row).map_err(|e| format!("claim row: {e}"))?;
             Ok(Claimed {
-                id: r.try_get("id").map_err(|e| e.to_string())?,
-                attempts: r.try_get("attempts").map_err(|e| e.to_string())?,
+                id: job.id,
+                attempts: job.attempts,
             })
         })
         .collect()
 }
 
-/// Acknowledges (deletes) the claimed jobs.
-pub fn ack(schema: &SchemaName, jobs: &[Claimed], worker: &str) -> Vec<Stmt> {
-    jobs.iter()
-        .map(|job| {
-            Stmt::new(
-                format!("DELETE FROM {schema}.jobs WHERE id = $1 AND worker_id = $2"),
-                vec![Param::Int(job.id), Param::Text(worker.to_owned())],
-            )
-        })
+/// Acknowledges the claimed jobs: one statement per job.
+pub fn ack(schema: &SchemaName, claimed: &[Claimed], worker: &str) -> Vec<Stmt> {
+    claimed
+        .iter()
+        .map(|job| Stmt::from(jobs::ack(schema, job.id, worker, job.attempts)))
         .collect()
 }
 
@@ -113,26 +133,22 @@ pub fn retry(
     worker: &str,
     run_at: i64,
     error: &str,
+    now: i64,
 ) -> Vec<Stmt> {
-    let id = job.id;
-    vec![Stmt::new(
-        format!(
-            "UPDATE {schema}.jobs SET worker_id = NULL, claimed_at = NULL, \
-             claim_expires_at = NULL, run_at = $3, last_error = $4 \
-             WHERE id = $1 AND worker_id = $2"
-        ),
-        vec![
-            Param::Int(id),
-            Param::Text(worker.to_owned()),
-            Param::Int(run_at),
-            Param::Text(error.to_owned()),
-        ],
-    )]
+    vec![Stmt::from(jobs::retry(
+        schema,
+        job.id,
+        worker,
+        job.attempts,
+        run_at,
+        Some(error),
+        now,
+    ))]
 }
 
 /// Storage parameters the product declares on `jobs` (reloptions form).
 pub fn declared_storage() -> Vec<String> {
-    <schema_model::Jobs as schema_model::TableModel>::storage_parameters()
+    <schema_model::Jobs as TableModel>::storage_parameters()
         .into_iter()
         .map(schema_model::StorageParameter::reloption)
         .collect()
