@@ -2,7 +2,7 @@
 //! size and mix; polls of a queue holding only not-yet-due jobs and of an
 //! empty queue.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use schema_model::SchemaName;
 use tokio_postgres::Client;
@@ -28,24 +28,13 @@ pub struct Measured {
 /// hostile one; then the polls.
 pub async fn run(admin: &mut Client, scale: &Scale) -> Measured {
     let mut claims = Vec::new();
-    for &size in &scale.sizes {
-        for mix in [NORMAL, FUTURE_AHEAD, MOSTLY_CLAIMED] {
-            claims.push(claim_case(admin, scale, Design::Product, mix, size).await);
-        }
-        for design in [Design::Base, Design::SkipScan] {
-            claims.push(claim_case(admin, scale, design, FUTURE_AHEAD, size).await);
-        }
-        claims.push(
-            claim_case(
-                admin,
-                scale,
-                Design::SkipScan,
-                FUTURE_AHEAD_FEW_PRIORITIES,
-                size,
-            )
-            .await,
-        );
+    for mix in [NORMAL, FUTURE_AHEAD, MOSTLY_CLAIMED] {
+        claims.extend(claim_group(admin, scale, Design::Product, mix).await);
     }
+    for design in [Design::Base, Design::SkipScan] {
+        claims.extend(claim_group(admin, scale, design, FUTURE_AHEAD).await);
+    }
+    claims.extend(claim_group(admin, scale, Design::SkipScan, FUTURE_AHEAD_FEW_PRIORITIES).await);
     let mut polls = Vec::new();
     for &size in &scale.sizes {
         polls.extend(
@@ -97,6 +86,11 @@ impl Worker for ClaimWorker {
         let stmts = self
             .design
             .claim_path(&self.schema, &self.queue, unix_now(), &self.worker, 1);
+        // Prepared once per connection, outside the timing.
+        self.conn
+            .prepare_all(&stmts)
+            .await
+            .map_err(|e| db_error("prepare claim", &e))?;
         let started = Instant::now();
         let claimed = self
             .conn
@@ -110,32 +104,35 @@ impl Worker for ClaimWorker {
     }
 }
 
+/// Timed claims on one table: its clients stay connected across rounds.
 pub struct Timed {
-    pub latency: Recorder,
+    workers: Vec<ClaimWorker>,
     pub steps: u64,
     pub empty: u64,
 }
 
-pub async fn timed_claims(
-    design: Design,
-    schema: &SchemaName,
-    queue: &str,
-    clients: usize,
-    limit: Limit,
-) -> Timed {
-    let mut workers = Vec::new();
-    for index in 0..clients {
-        workers.push(ClaimWorker::new(design, schema, queue, index).await);
+impl Timed {
+    async fn new(design: Design, schema: &SchemaName, queue: &str, clients: usize) -> Self {
+        let mut workers = Vec::new();
+        for index in 0..clients {
+            workers.push(ClaimWorker::new(design, schema, queue, index).await);
+        }
+        Self {
+            workers,
+            steps: 0,
+            empty: 0,
+        }
     }
-    let run = pool::run(workers, limit).await;
-    let mut latency = Recorder::new();
-    for w in &run.workers {
-        latency.merge(&w.latency);
+
+    async fn round(&mut self, limit: Limit) {
+        let run = pool::run(std::mem::take(&mut self.workers), limit).await;
+        self.steps += run.steps;
+        self.empty += run.empty_steps;
+        self.workers = run.workers;
     }
-    Timed {
-        latency,
-        steps: run.steps,
-        empty: run.empty_steps,
+
+    pub fn latency(&self) -> Recorder {
+        Recorder::merged(&self.workers, |w| &w.latency)
     }
 }
 
@@ -143,81 +140,99 @@ pub struct ClaimResult {
     pub design: Design,
     pub mix: Mix,
     pub size: u64,
-    pub seeded: Duration,
     pub work: Work,
-    pub one: Timed,
-    pub eight: Timed,
+    pub one: Recorder,
+    pub eight: Recorder,
+    pub steps: (u64, u64),
+    pub empty: u64,
 }
 
-pub async fn claim_case(
+/// Rounds the timed claims are split into: every size's table is measured
+/// in every round, in turn, so a change in the machine's load during the run
+/// falls on all sizes alike and the size ratios stay fair.
+const ROUNDS: u64 = 4;
+
+/// One design and mix at every size: all tables seeded first, then warmed
+/// up, explained, and timed in interleaved rounds.
+pub async fn claim_group(
     admin: &mut Client,
     scale: &Scale,
     design: Design,
     mix: Mix,
-    size: u64,
-) -> ClaimResult {
-    progress(&format!(
-        "claims: {} / {} / {} jobs: seeding",
-        design.label(),
-        mix.name,
-        count(size)
-    ));
-    let schema = design.create(admin, "bench_claim").await;
+) -> Vec<ClaimResult> {
     let queue = "bench";
-    let seeded = seed(admin, design, &schema, queue, size, &mix, unix_now()).await;
-    timed_claims(
-        design,
-        &schema,
-        queue,
-        1,
-        Limit {
-            steps: scale.claim_warmup,
-            time: scale.claim_time,
-        },
-    )
-    .await;
-    let mut explainer = Explainer::open().await;
-    let work = explainer
-        .median(
-            || design.claim_path(&schema, queue, unix_now(), "bench-explain", 1),
-            scale.explain_warmup,
-            scale.explain_runs,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    drop(explainer);
-    let one = timed_claims(
-        design,
-        &schema,
-        queue,
-        1,
-        Limit {
-            steps: scale.claims_one,
-            time: scale.claim_time,
-        },
-    )
-    .await;
-    let eight = timed_claims(
-        design,
-        &schema,
-        queue,
-        8,
-        Limit {
-            steps: scale.claims_eight,
-            time: scale.claim_time,
-        },
-    )
-    .await;
-    drop_schema(admin, schema.as_str()).await;
-    ClaimResult {
-        design,
-        mix,
-        size,
-        seeded,
-        work,
-        one,
-        eight,
+    let mut tables = Vec::new();
+    for &size in &scale.sizes {
+        progress(&format!(
+            "claims: {} / {} / {} jobs: seeding",
+            design.label(),
+            mix.name,
+            count(size)
+        ));
+        let schema = design.create(admin, "bench_claim").await;
+        seed(admin, design, &schema, queue, size, &mix, unix_now()).await;
+        tables.push((size, schema));
     }
+    progress(&format!(
+        "claims: {} / {}: measuring",
+        design.label(),
+        mix.name
+    ));
+    let mut measured = Vec::new();
+    for (_, schema) in &tables {
+        let mut warmup = Timed::new(design, schema, queue, 1).await;
+        warmup
+            .round(Limit {
+                steps: scale.claim_warmup,
+                time: scale.claim_time,
+            })
+            .await;
+        let mut explainer = Explainer::open().await;
+        let work = explainer
+            .median(
+                || design.claim_path(schema, queue, unix_now(), "bench-explain", 1),
+                scale.explain_warmup,
+                scale.explain_runs,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let one = Timed::new(design, schema, queue, 1).await;
+        let eight = Timed::new(design, schema, queue, 8).await;
+        measured.push((work, one, eight));
+    }
+    for _ in 0..ROUNDS {
+        for (_, one, _) in &mut measured {
+            one.round(Limit {
+                steps: scale.claims_one.div_ceil(ROUNDS),
+                time: scale.claim_time / ROUNDS as u32,
+            })
+            .await;
+        }
+        for (_, _, eight) in &mut measured {
+            eight
+                .round(Limit {
+                    steps: scale.claims_eight.div_ceil(ROUNDS),
+                    time: scale.claim_time / ROUNDS as u32,
+                })
+                .await;
+        }
+    }
+    let mut out = Vec::new();
+    for ((size, schema), (work, one, eight)) in tables.into_iter().zip(measured) {
+        out.push(ClaimResult {
+            design,
+            mix,
+            size,
+            work,
+            one: one.latency(),
+            eight: eight.latency(),
+            steps: (one.steps, eight.steps),
+            empty: one.empty + eight.empty,
+        });
+        drop((one, eight));
+        drop_schema(admin, schema.as_str()).await;
+    }
+    out
 }
 
 /// Polls of a queue holding only not-yet-due jobs and of an empty queue, on
@@ -348,7 +363,7 @@ pub fn claims_report(report: &mut Report, claims: &[ClaimResult], small: u64, la
             ("1 client", &l.one, &s.one),
             ("8 clients", &l.eight, &s.eight),
         ] {
-            let r = ratio(ls.latency.p50_ms(), ss.latency.p50_ms());
+            let r = ratio(ls.p50_ms(), ss.p50_ms());
             report.verdict(
                 format!(
                     "claim p50 at {} <= 1.3x at {} ({}, {clients})",
@@ -356,12 +371,7 @@ pub fn claims_report(report: &mut Report, claims: &[ClaimResult], small: u64, la
                     count(small),
                     mix.name
                 ),
-                format!(
-                    "{} vs {}: {}",
-                    ms(ls.latency.p50_ms()),
-                    ms(ss.latency.p50_ms()),
-                    times(r)
-                ),
+                format!("{} vs {}: {}", ms(ls.p50_ms()), ms(ss.p50_ms()), times(r)),
                 r.is_some_and(|r| r <= 1.3),
             );
         }
@@ -402,18 +412,17 @@ pub fn claim_cells(c: &ClaimResult, with_mix: bool) -> Vec<String> {
                 c.work.sorts.join(", ")
             )
         },
-        ms(c.one.latency.p50_ms()),
-        ms(c.one.latency.p99_ms()),
-        ms(c.eight.latency.p50_ms()),
-        ms(c.eight.latency.p99_ms()),
+        ms(c.one.p50_ms()),
+        ms(c.one.p99_ms()),
+        ms(c.eight.p50_ms()),
+        ms(c.eight.p99_ms()),
     ];
-    let empty = c.one.empty + c.eight.empty;
+    let empty = c.empty;
     cells.push(if empty > 0 {
-        format!("{} / {} ({empty} found none)", c.one.steps, c.eight.steps)
+        format!("{} / {} ({empty} found none)", c.steps.0, c.steps.1)
     } else {
-        format!("{} / {}", c.one.steps, c.eight.steps)
+        format!("{} / {}", c.steps.0, c.steps.1)
     });
-    let _ = c.seeded;
     cells
 }
 
@@ -468,7 +477,7 @@ pub fn design_report(
                 design.label().to_owned(),
                 s.work.buffers.to_string(),
                 l.work.buffers.to_string(),
-                times(ratio(l.one.latency.p50_ms(), s.one.latency.p50_ms())),
+                times(ratio(l.one.p50_ms(), s.one.p50_ms())),
                 poll,
             ]);
         }

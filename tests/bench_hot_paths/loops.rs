@@ -6,7 +6,7 @@ use std::time::Instant;
 use schema_model::SchemaName;
 use tokio_postgres::Client;
 
-use crate::designs::{Design, drop_schema};
+use crate::designs::{self, Design, drop_schema};
 use crate::latency::{Recorder, ms};
 use crate::pgboss;
 use crate::pool::{self, Conn, Limit, Stmt, Worker, db_error};
@@ -24,6 +24,9 @@ pub struct LoopWorker {
     worker: String,
     n: u64,
     latency: Recorder,
+    /// Enqueue and ack a batch with the candidate batch statements
+    /// (`designs::candidate_*`) instead of one product statement per job.
+    candidate: bool,
 }
 
 impl Worker for LoopWorker {
@@ -33,7 +36,16 @@ impl Worker for LoopWorker {
         let payloads: Vec<Vec<u8>> = (0..self.batch)
             .map(|k| format!(r#"{{"client":{},"n":{}}}"#, self.client, self.n + k).into_bytes())
             .collect();
-        let enqueue = product::enqueue(&self.schema, &self.queue, &payloads, now, now);
+        let enqueue = if self.candidate {
+            vec![designs::candidate_enqueue_many(
+                &self.schema,
+                &self.queue,
+                &payloads,
+                now,
+            )]
+        } else {
+            product::enqueue(&self.schema, &self.queue, &payloads, now, now)
+        };
         self.conn
             .pipeline(&in_transaction(enqueue))
             .await
@@ -52,7 +64,15 @@ impl Worker for LoopWorker {
             .map_err(|e| db_error("claim", &e))?;
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
         if !claimed.is_empty() {
-            let ack = product::ack(&self.schema, &claimed, &self.worker);
+            let ack = if self.candidate {
+                vec![designs::candidate_ack_many(
+                    &self.schema,
+                    &claimed,
+                    &self.worker,
+                )]
+            } else {
+                product::ack(&self.schema, &claimed, &self.worker)
+            };
             self.conn
                 .pipeline(&in_transaction(ack))
                 .await
@@ -87,6 +107,8 @@ pub struct LoopResult {
 }
 
 pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
+pub const SYSTEM_CANDIDATE: &str =
+    "alkstore, candidate batch enqueue/ack (not in the product: designs.rs)";
 pub const SYSTEM_PGBOSS_SQL: &str = "pg-boss SQL, same driver (tokio-postgres)";
 pub const SYSTEM_PGBOSS_API: &str = "pg-boss Node API (node-postgres)";
 
@@ -100,33 +122,41 @@ pub async fn run(
     let mut out = Vec::new();
     for clients in [1usize, 8] {
         for batch in [1u64, 10] {
-            progress(&format!("loop: alkstore, {clients} clients, batch {batch}"));
-            let schema = Design::Product.create(admin, "bench_loop").await;
-            let mut workers = Vec::new();
-            for client in 0..clients {
-                workers.push(LoopWorker {
-                    conn: Conn::open().await,
-                    schema: schema.clone(),
-                    queue: "loop".to_owned(),
+            let systems: &[(&'static str, bool)] = if batch > 1 {
+                &[(SYSTEM_OURS, false), (SYSTEM_CANDIDATE, true)]
+            } else {
+                &[(SYSTEM_OURS, false)]
+            };
+            for &(system, candidate) in systems {
+                progress(&format!("loop: {system}, {clients} clients, batch {batch}"));
+                let schema = Design::Product.create(admin, "bench_loop").await;
+                let mut workers = Vec::new();
+                for client in 0..clients {
+                    workers.push(LoopWorker {
+                        conn: Conn::open().await,
+                        schema: schema.clone(),
+                        queue: "loop".to_owned(),
+                        batch,
+                        client,
+                        worker: format!("bench-worker-{client}"),
+                        n: 0,
+                        latency: Recorder::new(),
+                        candidate,
+                    });
+                }
+                let run = pool::run(workers, Limit::time(scale.loop_time)).await;
+                let latency = Recorder::merged(&run.workers, |w| &w.latency);
+                out.push(LoopResult {
+                    system,
+                    clients,
                     batch,
-                    client,
-                    worker: format!("bench-worker-{client}"),
-                    n: 0,
-                    latency: Recorder::new(),
+                    jobs_per_s: run.jobs_per_second(),
+                    p50: latency.p50_ms(),
+                    p99: latency.p99_ms(),
                 });
+                drop(run);
+                drop_schema(admin, schema.as_str()).await;
             }
-            let run = pool::run(workers, Limit::time(scale.loop_time)).await;
-            let latency = Recorder::merged(&run.workers, |w| &w.latency);
-            out.push(LoopResult {
-                system: SYSTEM_OURS,
-                clients,
-                batch,
-                jobs_per_s: run.jobs_per_second(),
-                p50: latency.p50_ms(),
-                p99: latency.p99_ms(),
-            });
-            drop(run);
-            drop_schema(admin, schema.as_str()).await;
 
             let Some(sql) = boss_sql.clone() else {
                 continue;
@@ -215,7 +245,7 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
             format!("{:.0}", l.jobs_per_s),
             ms(l.p50),
             ms(l.p99),
-            if l.system == SYSTEM_OURS {
+            if l.system == SYSTEM_OURS || l.system == SYSTEM_CANDIDATE {
                 String::new()
             } else {
                 times(ratio(ours(l.clients, l.batch), Some(l.jobs_per_s)))
@@ -231,6 +261,23 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
          run on a fresh queue (its own partition). pg-boss's Node API runs all clients as \
          concurrent loops in one Node process over a pool of as many connections.",
     );
+    for clients in [1usize, 8] {
+        let candidate = loops
+            .iter()
+            .find(|l| l.system == SYSTEM_CANDIDATE && l.clients == clients && l.batch == 10);
+        let boss = loops
+            .iter()
+            .find(|l| l.system == SYSTEM_PGBOSS_SQL && l.clients == clients && l.batch == 10);
+        if let (Some(c), Some(b)) = (candidate, boss) {
+            report.para(&format!(
+                "Batch 10, {clients} client(s): the candidate batch statements run {} of pg-boss's \
+                 SQL through the same driver (the product's one-statement-per-job enqueue and ack: \
+                 {}).",
+                times(ratio(Some(c.jobs_per_s), Some(b.jobs_per_s))),
+                times(ours(clients, 10).and_then(|o| ratio(Some(o), Some(b.jobs_per_s))))
+            ));
+        }
+    }
     for batch in [1u64, 10] {
         let boss = loops
             .iter()

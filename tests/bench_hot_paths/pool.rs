@@ -29,6 +29,9 @@ pub enum Param {
     Bytes(Vec<u8>),
     Json(serde_json::Value),
     Uuids(Vec<Uuid>),
+    ByteaArray(Vec<Vec<u8>>),
+    Int8Array(Vec<i64>),
+    Int4Array(Vec<i32>),
 }
 
 impl ToSql for Param {
@@ -54,6 +57,9 @@ impl ToSql for Param {
             Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
             Param::Json(v) => v.to_sql_checked(ty, out),
             Param::Uuids(ids) => ids.to_sql_checked(ty, out),
+            Param::ByteaArray(v) => v.to_sql_checked(ty, out),
+            Param::Int8Array(v) => v.to_sql_checked(ty, out),
+            Param::Int4Array(v) => v.to_sql_checked(ty, out),
         }
     }
 
@@ -83,8 +89,25 @@ impl Param {
                 let list: Vec<String> = ids.iter().map(|u| format!("'{u}'")).collect();
                 format!("ARRAY[{}]::uuid[]", list.join(", "))
             }
+            Param::ByteaArray(v) => {
+                let list: Vec<String> = v
+                    .iter()
+                    .map(|b| Param::Bytes(b.clone()).literal())
+                    .collect();
+                format!("ARRAY[{}]::bytea[]", list.join(", "))
+            }
+            Param::Int8Array(v) => format!("'{{{}}}'::bigint[]", join(v)),
+            Param::Int4Array(v) => format!("'{{{}}}'::int[]", join(v)),
         }
     }
+}
+
+fn join<T: ToString>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A statement to run: SQL with `$n` placeholders and its values.
@@ -189,6 +212,14 @@ impl Conn {
     pub async fn query(&mut self, stmt: &Stmt) -> Result<Vec<Row>, tokio_postgres::Error> {
         let prepared = self.prepared(stmt).await?;
         self.client.query(&prepared, &stmt.args()).await
+    }
+
+    /// Prepares every statement not yet prepared on this connection.
+    pub async fn prepare_all(&mut self, stmts: &[Stmt]) -> Result<(), tokio_postgres::Error> {
+        for stmt in stmts {
+            self.prepared(stmt).await?;
+        }
+        Ok(())
     }
 
     /// Sends `stmts` pipelined (all in flight at once, executed in order:
