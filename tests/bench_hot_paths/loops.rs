@@ -1,7 +1,7 @@
 //! The enqueue -> claim -> ack loop: alkstore's product statements, pg-boss's
 //! SQL through the same driver, and pg-boss's Node API.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use schema_model::SchemaName;
 use tokio_postgres::Client;
@@ -112,6 +112,60 @@ pub const SYSTEM_CANDIDATE: &str =
 pub const SYSTEM_PGBOSS_SQL: &str = "pg-boss SQL, same driver (tokio-postgres)";
 pub const SYSTEM_PGBOSS_API: &str = "pg-boss Node API (node-postgres)";
 
+/// Slices each system's loop time is split into: the systems take turns,
+/// slice by slice, so a change in the machine's load falls on all alike.
+const SLICES: u32 = 4;
+
+/// One system's loop, kept across slices.
+enum Runner {
+    Alkstore {
+        system: &'static str,
+        schema: SchemaName,
+        workers: Vec<LoopWorker>,
+    },
+    BossSql {
+        workers: Vec<pgboss::SqlLoopWorker>,
+    },
+    BossApi {
+        queue: String,
+        latency: Recorder,
+    },
+}
+
+struct Totals {
+    jobs: u64,
+    seconds: f64,
+}
+
+async fn alkstore_runner(
+    admin: &mut Client,
+    system: &'static str,
+    candidate: bool,
+    clients: usize,
+    batch: u64,
+) -> Runner {
+    let schema = Design::Product.create(admin, "bench_loop").await;
+    let mut workers = Vec::new();
+    for client in 0..clients {
+        workers.push(LoopWorker {
+            conn: Conn::open().await,
+            schema: schema.clone(),
+            queue: "loop".to_owned(),
+            batch,
+            client,
+            worker: format!("bench-worker-{client}"),
+            n: 0,
+            latency: Recorder::new(),
+            candidate,
+        });
+    }
+    Runner::Alkstore {
+        system,
+        schema,
+        workers,
+    }
+}
+
 pub async fn run(
     admin: &mut Client,
     scale: &Scale,
@@ -120,84 +174,96 @@ pub async fn run(
     boss_schema: &str,
 ) -> Vec<LoopResult> {
     let mut out = Vec::new();
+    let slice = scale.loop_time / SLICES;
     for clients in [1usize, 8] {
         for batch in [1u64, 10] {
-            let systems: &[(&'static str, bool)] = if batch > 1 {
-                &[(SYSTEM_OURS, false), (SYSTEM_CANDIDATE, true)]
-            } else {
-                &[(SYSTEM_OURS, false)]
-            };
-            for &(system, candidate) in systems {
-                progress(&format!("loop: {system}, {clients} clients, batch {batch}"));
-                let schema = Design::Product.create(admin, "bench_loop").await;
+            progress(&format!(
+                "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
+                scale.loop_time.as_secs_f64()
+            ));
+            let mut runners =
+                vec![alkstore_runner(admin, SYSTEM_OURS, false, clients, batch).await];
+            if batch > 1 {
+                runners.push(alkstore_runner(admin, SYSTEM_CANDIDATE, true, clients, batch).await);
+            }
+            if let Some(sql) = boss_sql.clone() {
+                let queue = loop_queue(clients, batch, "sql");
                 let mut workers = Vec::new();
                 for client in 0..clients {
-                    workers.push(LoopWorker {
-                        conn: Conn::open().await,
-                        schema: schema.clone(),
-                        queue: "loop".to_owned(),
-                        batch,
-                        client,
-                        worker: format!("bench-worker-{client}"),
-                        n: 0,
-                        latency: Recorder::new(),
-                        candidate,
-                    });
+                    workers
+                        .push(pgboss::SqlLoopWorker::new(sql.clone(), &queue, batch, client).await);
                 }
-                let run = pool::run(workers, Limit::time(scale.loop_time)).await;
-                let latency = Recorder::merged(&run.workers, |w| &w.latency);
+                runners.push(Runner::BossSql { workers });
+            }
+            if boss.is_some() {
+                runners.push(Runner::BossApi {
+                    queue: loop_queue(clients, batch, "api"),
+                    latency: Recorder::new(),
+                });
+            }
+            let mut totals: Vec<Totals> = runners
+                .iter()
+                .map(|_| Totals {
+                    jobs: 0,
+                    seconds: 0.0,
+                })
+                .collect();
+            for _ in 0..SLICES {
+                for (runner, total) in runners.iter_mut().zip(totals.iter_mut()) {
+                    match runner {
+                        Runner::Alkstore { workers, .. } => {
+                            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
+                            total.jobs += run.jobs;
+                            total.seconds += run.elapsed.as_secs_f64();
+                            *workers = run.workers;
+                        }
+                        Runner::BossSql { workers } => {
+                            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
+                            total.jobs += run.jobs;
+                            total.seconds += run.elapsed.as_secs_f64();
+                            *workers = run.workers;
+                        }
+                        Runner::BossApi { queue, latency } => {
+                            let boss =
+                                boss.expect("a Node API runner only when pg-boss is installed");
+                            let api = boss
+                                .api_loop(boss_schema, queue, clients, batch, slice)
+                                .await
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            total.jobs += api.jobs;
+                            total.seconds += api.seconds;
+                            for micros in api.latencies_us {
+                                latency.record(Duration::from_secs_f64(micros / 1e6));
+                            }
+                        }
+                    }
+                }
+            }
+            for (runner, total) in runners.into_iter().zip(totals) {
+                let (system, latency) = match &runner {
+                    Runner::Alkstore {
+                        system, workers, ..
+                    } => (*system, Recorder::merged(workers, |w| &w.latency)),
+                    Runner::BossSql { workers } => {
+                        (SYSTEM_PGBOSS_SQL, Recorder::merged(workers, |w| &w.latency))
+                    }
+                    Runner::BossApi { latency, .. } => (SYSTEM_PGBOSS_API, latency.clone()),
+                };
                 out.push(LoopResult {
                     system,
                     clients,
                     batch,
-                    jobs_per_s: run.jobs_per_second(),
+                    jobs_per_s: total.jobs as f64 / total.seconds,
                     p50: latency.p50_ms(),
                     p99: latency.p99_ms(),
                 });
-                drop(run);
-                drop_schema(admin, schema.as_str()).await;
-            }
-
-            let Some(sql) = boss_sql.clone() else {
-                continue;
-            };
-            let queue = loop_queue(clients, batch, "sql");
-            progress(&format!(
-                "loop: pg-boss SQL, {clients} clients, batch {batch}"
-            ));
-            let mut workers = Vec::new();
-            for client in 0..clients {
-                workers.push(pgboss::SqlLoopWorker::new(sql.clone(), &queue, batch, client).await);
-            }
-            let run = pool::run(workers, Limit::time(scale.loop_time)).await;
-            let latency = Recorder::merged(&run.workers, |w| &w.latency);
-            out.push(LoopResult {
-                system: SYSTEM_PGBOSS_SQL,
-                clients,
-                batch,
-                jobs_per_s: run.jobs_per_second(),
-                p50: latency.p50_ms(),
-                p99: latency.p99_ms(),
-            });
-
-            if let Some(boss) = boss {
-                progress(&format!(
-                    "loop: pg-boss Node API, {clients} clients, batch {batch}"
-                ));
-                let queue = loop_queue(clients, batch, "api");
-                let api = boss
-                    .api_loop(boss_schema, &queue, clients, batch, scale.loop_time)
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-                out.push(LoopResult {
-                    system: SYSTEM_PGBOSS_API,
-                    clients,
-                    batch,
-                    jobs_per_s: api.jobs as f64 / api.seconds,
-                    p50: api.p50_us.map(|u| u / 1000.0),
-                    p99: api.p99_us.map(|u| u / 1000.0),
-                });
-                let _ = api.steps;
+                if let Runner::Alkstore {
+                    schema, workers, ..
+                } = runner
+                {
+                    drop(workers);
+                    drop_schema(admin, schema.as_str()).await;
+                }
             }
         }
     }
@@ -258,7 +324,8 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
          sends a batch of single-job statements as one pipelined transaction, and the claim \
          path's statements pipelined; pg-boss's SQL is one statement per call, as its API \
          sends it. Each alkstore run starts on a fresh schema, each pg-boss \
-         run on a fresh queue (its own partition). pg-boss's Node API runs all clients as \
+         run on a fresh queue (its own partition). The systems of one row group take turns in \
+         four slices of a quarter of the loop time each, so load changes fall on all alike. pg-boss's Node API runs all clients as \
          concurrent loops in one Node process over a pool of as many connections.",
     );
     for clients in [1usize, 8] {

@@ -51,10 +51,6 @@ function boss (max) {
   return b
 }
 
-function quantile (sorted, q) {
-  return sorted.length ? sorted[Math.min(sorted.length - 1, Math.round((sorted.length - 1) * q))] : null
-}
-
 async function main () {
   if (command === 'sql') {
     return {
@@ -99,8 +95,7 @@ async function main () {
     await Promise.all(Array.from({ length: arg.clients }, (_, c) => client(c)))
     const seconds = Number(process.hrtime.bigint() - started) / 1e9
     await b.stop({ graceful: false, wait: true })
-    latencies.sort((x, y) => x - y)
-    return { jobs, steps: latencies.length, seconds, p50_us: quantile(latencies, 0.5), p99_us: quantile(latencies, 0.99) }
+    return { jobs, seconds, latencies_us: latencies.map(Math.round) }
   }
   throw new Error('unknown command ' + command)
 }
@@ -137,10 +132,9 @@ pub struct PgBossSql {
 #[derive(Debug, Deserialize)]
 pub struct ApiLoop {
     pub jobs: u64,
-    pub steps: u64,
     pub seconds: f64,
-    pub p50_us: Option<f64>,
-    pub p99_us: Option<f64>,
+    /// Every step's latency, in microseconds.
+    pub latencies_us: Vec<f64>,
 }
 
 fn workspace_target() -> PathBuf {
