@@ -100,8 +100,10 @@ async function main () {
   throw new Error('unknown command ' + command)
 }
 
+// Exit only once stdout is flushed: a pipe takes 64 KiB before it blocks,
+// and process.exit() would cut the rest off.
 main().then(
-  out => { process.stdout.write(JSON.stringify(out) + '\n'); process.exit(process.exitCode || 0) },
+  out => process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(process.exitCode || 0)),
   e => { console.error(e); process.exit(1) }
 )
 "#;
