@@ -138,12 +138,7 @@ fn statements_prints_every_hot_path_statement_in_both_formats() {
         let expected: Vec<(String, String)> = statement
             .params()
             .iter()
-            .map(|p| {
-                (
-                    format!("\"{}\"", p.name),
-                    format!("\"{}\"", p.sql_type.pg_name()),
-                )
-            })
+            .map(|p| (format!("\"{}\"", p.name), format!("\"{}\"", p.type_name())))
             .collect();
         assert_eq!(params, expected, "{}", statement.name());
     }

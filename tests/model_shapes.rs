@@ -221,3 +221,72 @@ fn a_narrowed_field_type_is_caught() {
         "{message}"
     );
 }
+
+/// Asserts that `S` refuses an input without any one of its required
+/// fields (the non-nullable columns): a `#[serde(default)]` on one would
+/// turn a forgotten field into a plausible row (a job without `run_at`
+/// would be claimable at once). Optional fields may be absent.
+fn refuses_a_missing_required_field<S, T>(filled: &[T]) -> Vec<String>
+where
+    S: Serialize + DeserializeOwned + Default,
+    T: TableModel,
+{
+    let table = T::table_name();
+    let mut defaulted = Vec::new();
+    for (variant, column) in T::columns() {
+        if filled.contains(&variant) {
+            continue;
+        }
+        let name = variant.to_string();
+        let mut object = fields_of(&S::default());
+        assert!(
+            object.remove(&name).is_some(),
+            "{table}.{name} is not a field"
+        );
+        let accepted = serde_json::from_value::<S>(Value::Object(object)).is_ok();
+        if column.nullable {
+            assert!(
+                accepted,
+                "{table}.{name}: an absent optional field must read as None"
+            );
+        } else if accepted {
+            defaulted.push(format!("{table}.{name}"));
+        }
+    }
+    defaulted
+}
+
+#[test]
+fn a_required_field_missing_from_the_input_is_refused() {
+    let defaulted: Vec<String> = [
+        refuses_a_missing_required_field::<Job, Jobs>(&[Jobs::Ready]),
+        refuses_a_missing_required_field::<DeadJob, DeadJobs>(&[DeadJobs::PurgeAt]),
+        refuses_a_missing_required_field::<StreamEvent, StreamEvents>(&[StreamEvents::TxId]),
+        refuses_a_missing_required_field::<ConsumerOffset, StreamOffsets>(&[]),
+        refuses_a_missing_required_field::<Schedule, Schedules>(&[]),
+        refuses_a_missing_required_field::<Lock, Locks>(&[]),
+        refuses_a_missing_required_field::<ConsumedEvent, ConsumedEvents>(&[]),
+    ]
+    .concat();
+    assert!(
+        defaulted.is_empty(),
+        "required fields that silently take a default when absent: {defaulted:?}"
+    );
+}
+
+/// The check above catches a defaulted field.
+#[test]
+fn a_defaulted_required_field_is_caught() {
+    #[derive(Serialize, serde::Deserialize, Default)]
+    struct LaxLock {
+        name: String,
+        owner: String,
+        #[serde(default)]
+        expires_at: i64,
+        fence: i64,
+    }
+    assert_eq!(
+        refuses_a_missing_required_field::<LaxLock, Locks>(&[]),
+        ["locks.expires_at"]
+    );
+}

@@ -9,14 +9,25 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{exec, queries};
+use harness::exec;
+use harness::explain::{PlanMode, explain_analyze};
 use schema_gen::catalog::CATALOG_QUERY;
 use schema_gen::render::{self, StatementKind};
+use schema_gen::statements;
 use schema_gen::{ErrorKind, Outcome, bootstrap, verify};
 use schema_model::description::pg_ident;
 use schema_model::{SchemaName, engine_family};
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
+
+/// An event of stream `s` with `payload`, for the append statement.
+fn event(payload: &[u8]) -> schema_model::StreamEvent {
+    schema_model::StreamEvent {
+        stream: "s".into(),
+        payload: payload.to_vec(),
+        ..schema_model::StreamEvent::default()
+    }
+}
 
 fn model_tables() -> Vec<String> {
     engine_family().into_iter().map(|t| t.name).collect()
@@ -160,12 +171,13 @@ async fn the_claim_index_has_its_definition_and_serves_the_claim_without_a_sort(
     )
     .await;
     // The claim uses the index and does not sort.
-    queries::assert_served_by(
-        &client,
-        "jobs_claim_idx",
-        &queries::claim(&schema, "q3", 4000, 1),
-    )
-    .await;
+    let claim = statements::jobs::claim(&schema, "q3", "w", 4000, 1);
+    let plan = explain_analyze(&client, &claim, PlanMode::Custom).await;
+    assert!(
+        plan.indexes.iter().any(|i| i == "jobs_claim_idx") && plan.sort_nodes().is_empty(),
+        "expected an index scan on jobs_claim_idx with no sort:\n{}",
+        plan.pretty()
+    );
 }
 
 #[tokio::test]
@@ -174,10 +186,14 @@ async fn stream_offsets_are_monotone_and_leave_gaps_that_are_never_reused() {
         return;
     }
     let (client, schema) = bootstrapped("offsets").await;
-    let append = queries::append_event(&schema, "s", b"\x01");
+    let append = statements::streams::append(&schema, &event(b"\x01"));
     let mut ids = Vec::new();
     for _ in 0..5 {
-        let id: i64 = client.query_one(&append, &[]).await.unwrap().get(0);
+        let id: i64 = client
+            .query_one(append.sql(), &append.args())
+            .await
+            .unwrap()
+            .get(0);
         ids.push(id);
     }
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
@@ -192,7 +208,11 @@ async fn stream_offsets_are_monotone_and_leave_gaps_that_are_never_reused() {
         ),
     )
     .await;
-    let next: i64 = client.query_one(&append, &[]).await.unwrap().get(0);
+    let next: i64 = client
+        .query_one(append.sql(), &append.args())
+        .await
+        .unwrap()
+        .get(0);
     assert!(
         next > ids[4],
         "offset {next} reused after deleting {}",
@@ -759,10 +779,23 @@ async fn co_tenants_are_untouched_and_two_engine_schemas_stay_apart() {
     assert_eq!(consumer_dump(&client).await, before);
 
     // The two engine schemas share nothing: rows and offsets are their own.
-    let append = |schema: &SchemaName| queries::append_event(schema, "s", b"\x00");
-    let a: i64 = client.query_one(&append(&one), &[]).await.unwrap().get(0);
-    let b: i64 = client.query_one(&append(&one), &[]).await.unwrap().get(0);
-    let c: i64 = client.query_one(&append(&two), &[]).await.unwrap().get(0);
+    let append = |schema: &SchemaName| statements::streams::append(schema, &event(b"\x00"));
+    let (in_one, in_two) = (append(&one), append(&two));
+    let a: i64 = client
+        .query_one(in_one.sql(), &in_one.args())
+        .await
+        .unwrap()
+        .get(0);
+    let b: i64 = client
+        .query_one(in_one.sql(), &in_one.args())
+        .await
+        .unwrap()
+        .get(0);
+    let c: i64 = client
+        .query_one(in_two.sql(), &in_two.args())
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!((a, b, c), (1, 2, 1));
     let in_two: i64 = client
         .query_one(&format!("SELECT count(*) FROM {two}.stream_events"), &[])

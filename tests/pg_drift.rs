@@ -96,7 +96,7 @@ async fn a_dropped_index_is_reported_and_refused() {
         "DROP INDEX {s}.jobs_claim_idx",
         &[
             "missing index jobs_claim_idx on jobs (model says `USING btree (queue, priority DESC, \
-             run_at, id) WHERE (claimed_at IS NULL)`)",
+             run_at, id) WHERE ((claimed_at IS NULL) AND ready)`)",
         ],
     )
     .await;
@@ -116,7 +116,7 @@ async fn an_index_recreated_with_another_definition_is_reported_and_refused() {
         &[
             "index jobs_claim_idx: is `USING btree (queue, priority, run_at, id) WHERE \
              (claimed_at IS NULL)`, model says `USING btree (queue, priority DESC, run_at, id) \
-             WHERE (claimed_at IS NULL)`",
+             WHERE ((claimed_at IS NULL) AND ready)`",
         ],
     )
     .await;

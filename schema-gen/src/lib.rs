@@ -1,8 +1,11 @@
 //! SQL rendering, bootstrap and verification of alkstore's engine schema, and
 //! the `schema-gen` binary.
 //!
-//! [`render::bootstrap_statements`] is the only place SQL is produced; the
+//! [`render::bootstrap_statements`] is the only place DDL is produced; the
 //! binary prints it, the snapshots record it and bootstrap runs it.
+//! [`statements`] is the only place the engine's hot-path SQL is produced
+//! (with the row mapping of the value shapes): engine code runs it,
+//! `schema-gen statements` prints it, the tests prove it at scale.
 //!
 //! Against a live server: [`bootstrap()`] creates what is missing or proves,
 //! in one catalog read, that everything is there; [`verify()`] lists how a

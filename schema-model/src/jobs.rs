@@ -19,7 +19,7 @@ use strum::EnumIter;
 
 use crate::table::{
     CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
-    TableModel,
+    StorageParameter, TableModel,
 };
 
 /// The `jobs` table: one row per live job (pending, or claimed by a worker).
@@ -174,6 +174,23 @@ impl TableModel for Jobs {
                 predicate: Some(IndexPredicate::IsNotNull(Self::ExpiresAt)),
                 doc: "Sweep: jobs past their expiry.",
             },
+        ]
+    }
+
+    /// Autovacuum by a fixed count of dead rows, not a share of the table.
+    /// Every claim leaves a dead entry at the front of `jobs_claim_idx` and
+    /// every ack a dead row; a claim walks the dead entries until vacuum
+    /// removes them. The default trigger (20% of the rows dead) waits longer
+    /// the bigger the backlog: measured here at 1M jobs and 300 jobs/s, no
+    /// autovacuum ran in 200 s and a claim read 541 buffers; with these, 3
+    /// ran and a claim read 70. (Faster churn is bound by
+    /// `autovacuum_naptime`, a server setting.) No fillfactor: no hot-path
+    /// update of `jobs` can be HOT (each changes an indexed column or an
+    /// index predicate), so free space per page would only grow the heap.
+    fn storage_parameters() -> Vec<StorageParameter> {
+        vec![
+            StorageParameter::AutovacuumVacuumScaleFactor { per_mille: 0 },
+            StorageParameter::AutovacuumVacuumThreshold(1000),
         ]
     }
 

@@ -184,10 +184,25 @@ pub struct CheckDef<C> {
 /// with [`StorageParameter::reloption`], so a parameter set by hand that the
 /// model does not declare is drift too.
 ///
+/// PostgreSQL stores the text of a reloption as it was given, so the
+/// rendering is fixed here and the server keeps exactly this string.
+///
 /// ```
 /// use schema_model::StorageParameter;
 ///
 /// assert_eq!(StorageParameter::Fillfactor(70).reloption(), "fillfactor=70");
+/// assert_eq!(
+///     StorageParameter::AutovacuumVacuumScaleFactor { per_mille: 0 }.reloption(),
+///     "autovacuum_vacuum_scale_factor=0"
+/// );
+/// assert_eq!(
+///     StorageParameter::AutovacuumVacuumScaleFactor { per_mille: 5 }.reloption(),
+///     "autovacuum_vacuum_scale_factor=0.005"
+/// );
+/// assert_eq!(
+///     StorageParameter::AutovacuumVacuumThreshold(1000).reloption(),
+///     "autovacuum_vacuum_threshold=1000"
+/// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -195,6 +210,17 @@ pub enum StorageParameter {
     /// `fillfactor`: the percentage of each heap page an insert fills, leaving
     /// the rest for updated row versions on the same page (HOT updates).
     Fillfactor(u8),
+    /// `autovacuum_vacuum_scale_factor`, in thousandths: the share of the
+    /// table's rows that must be dead (beyond the threshold) before
+    /// autovacuum vacuums it. 0 makes the trigger independent of the table's
+    /// size.
+    AutovacuumVacuumScaleFactor {
+        /// The factor times 1000 (`0` is 0, `200` is the default 0.2).
+        per_mille: u16,
+    },
+    /// `autovacuum_vacuum_threshold`: dead rows, beyond the scale factor's
+    /// share, before autovacuum vacuums the table.
+    AutovacuumVacuumThreshold(u32),
 }
 
 impl StorageParameter {
@@ -203,6 +229,19 @@ impl StorageParameter {
     pub fn reloption(self) -> String {
         match self {
             Self::Fillfactor(percent) => format!("fillfactor={percent}"),
+            Self::AutovacuumVacuumScaleFactor { per_mille } => {
+                let (whole, thousandths) = (per_mille / 1000, per_mille % 1000);
+                let decimals = format!("{thousandths:03}");
+                let decimals = decimals.trim_end_matches('0');
+                if decimals.is_empty() {
+                    format!("autovacuum_vacuum_scale_factor={whole}")
+                } else {
+                    format!("autovacuum_vacuum_scale_factor={whole}.{decimals}")
+                }
+            }
+            Self::AutovacuumVacuumThreshold(rows) => {
+                format!("autovacuum_vacuum_threshold={rows}")
+            }
         }
     }
 }

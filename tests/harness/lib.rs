@@ -7,9 +7,9 @@
 pub mod cli;
 pub mod clickhouse;
 pub mod dump;
+pub mod explain;
 pub mod names;
 pub mod pg;
-pub mod queries;
 pub mod snapshots;
 pub mod wire;
 

@@ -45,7 +45,7 @@ struct Entry {
 struct ParamEntry {
     name: &'static str,
     #[serde(rename = "type")]
-    sql_type: &'static str,
+    sql_type: String,
 }
 
 /// `schema-gen statements`: the listing in the chosen format.
@@ -79,7 +79,7 @@ fn entry(statement: &Statement) -> Entry {
             .iter()
             .map(|param| ParamEntry {
                 name: param.name,
-                sql_type: param.sql_type.pg_name(),
+                sql_type: param.type_name(),
             })
             .collect(),
     }
@@ -99,7 +99,7 @@ fn sql(all: &[Statement]) -> String {
                 "--   ${} {} {}\n",
                 n + 1,
                 param.name,
-                param.sql_type.pg_name()
+                param.type_name()
             ));
         }
         out.push_str(statement.sql());

@@ -129,10 +129,93 @@ pub fn enqueue(schema: &SchemaName, job: &Job, now: i64) -> Statement {
     })
 }
 
+/// Enqueue a batch: inserts `jobs` in one statement (one array per
+/// field, `unnest`ed in lockstep) and returns their ids, in the order of
+/// `jobs`. The same columns and rules as [`enqueue`]: engine-assigned
+/// columns left out, `attempts` 0, `ready = run_at <= now`. The text does
+/// not depend on the batch's size, so one prepared statement serves every
+/// batch.
+///
+/// ```
+/// use schema_gen::statements::jobs;
+/// use schema_model::{Job, SchemaName};
+///
+/// let s = jobs::enqueue_many(&SchemaName::default(), &[Job::default(), Job::default()], 1_700_000_000);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"INSERT INTO "alkstore"."jobs" ("queue", "payload", "priority", "run_at", "expires_at", "#,
+///         r#""enqueued_at", "visibility_timeout_s", "max_attempts", "backoff_base_s", "#,
+///         r#""dead_letter_retention_s", "attempts", "ready") "#,
+///         r#"SELECT "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at", "#,
+///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "#,
+///         r#"0, "run_at" <= CAST($1 AS bigint) FROM (SELECT "#,
+///         r#"unnest(CAST($2 AS text[])) AS "queue", unnest(CAST($3 AS bytea[])) AS "payload", "#,
+///         r#"unnest(CAST($4 AS integer[])) AS "priority", unnest(CAST($5 AS bigint[])) AS "run_at", "#,
+///         r#"unnest(CAST($6 AS bigint[])) AS "expires_at", unnest(CAST($7 AS bigint[])) AS "enqueued_at", "#,
+///         r#"unnest(CAST($8 AS bigint[])) AS "visibility_timeout_s", unnest(CAST($9 AS integer[])) AS "max_attempts", "#,
+///         r#"unnest(CAST($10 AS bigint[])) AS "backoff_base_s", "#,
+///         r#"unnest(CAST($11 AS bigint[])) AS "dead_letter_retention_s") AS "batch" "#,
+///         r#"RETURNING "id""#,
+///     )
+/// );
+/// let types: Vec<String> = s.params().iter().map(|p| p.type_name()).collect();
+/// assert_eq!(types[..4], ["bigint", "text[]", "bytea[]", "integer[]"]);
+/// assert_eq!(s.param_names()[..3], ["now", "queue", "payload"]);
+/// ```
+pub fn enqueue_many(schema: &SchemaName, jobs: &[Job], now: i64) -> Statement {
+    build("enqueue_many", |b| {
+        let column = |b: &mut Binder, column: Jobs, value: &dyn Fn(&Job) -> sea_query::Value| {
+            let array = b.col_array(column, jobs.iter().map(value).collect());
+            (column, array)
+        };
+        // `now` comes first in the text (the select list), the arrays after.
+        let ready = Expr::col(Jobs::RunAt).lte(cast(b.now(now), SqlType::BigInt));
+        let fields = [
+            column(b, Jobs::Queue, &|j| j.queue.clone().into()),
+            column(b, Jobs::Payload, &|j| j.payload.clone().into()),
+            column(b, Jobs::Priority, &|j| j.priority.into()),
+            column(b, Jobs::RunAt, &|j| j.run_at.into()),
+            column(b, Jobs::ExpiresAt, &|j| j.expires_at.into()),
+            column(b, Jobs::EnqueuedAt, &|j| j.enqueued_at.into()),
+            column(b, Jobs::VisibilityTimeoutS, &|j| {
+                j.opts.visibility_timeout_s.into()
+            }),
+            column(b, Jobs::MaxAttempts, &|j| j.opts.max_attempts.into()),
+            column(b, Jobs::BackoffBaseS, &|j| j.opts.backoff_base_s.into()),
+            column(b, Jobs::DeadLetterRetentionS, &|j| {
+                j.opts.dead_letter_retention_s.into()
+            }),
+        ];
+        let mut rows = Query::select();
+        for (column, array) in &fields {
+            rows.expr_as(sea_query::Func::cust("unnest").arg(array.clone()), *column);
+        }
+        let mut select = Query::select();
+        for (column, _) in &fields {
+            select.column(*column);
+        }
+        select
+            .expr(Expr::Constant(0_i32.into()))
+            .expr(ready)
+            .from_subquery(rows, Alias::new("batch"));
+        let mut columns: Vec<Jobs> = fields.iter().map(|(column, _)| *column).collect();
+        columns.extend([Jobs::Attempts, Jobs::Ready]);
+        let mut insert = Query::insert();
+        insert
+            .into_table(table::<Jobs>(schema))
+            .columns(columns)
+            .select_from(select)
+            .expect("the column list and the select list are built from the same fields");
+        insert.returning_col(Jobs::Id);
+        insert
+    })
+}
+
 /// Promote: makes up to `limit` not-ready jobs of `queue` whose `run_at`
 /// has passed ready (oldest `run_at` first, skipping rows another promoter
-/// holds), through `jobs_promote_idx`. The first step of [`CLAIM_PATH`]
-/// (super::CLAIM_PATH); the row count says how many it promoted.
+/// holds), through `jobs_promote_idx`. The first step of
+/// [`CLAIM_PATH`](super::CLAIM_PATH); the row count says how many it promoted.
 ///
 /// Priority decides among ready jobs; promotion goes by `run_at`, so with
 /// more due jobs waiting than `limit`, the ones due earliest come first.
@@ -268,6 +351,63 @@ pub fn ack(schema: &SchemaName, id: i64, worker_id: &str, attempts: i32) -> Stat
             delete.and_where(condition);
         }
         delete
+    })
+}
+
+/// Ack a batch: deletes the jobs of `claims` (each `(id, attempts)`, the
+/// token [`claim`] returned) that `worker_id` still holds, in one
+/// statement; the row count says how many. A claim that was lost is left
+/// alone, as with [`ack`].
+///
+/// ```
+/// use schema_gen::statements::jobs;
+/// use schema_model::SchemaName;
+///
+/// let s = jobs::ack_many(&SchemaName::default(), "worker-1", &[(41, 1), (42, 3)]);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"DELETE FROM "alkstore"."jobs" WHERE ("id" = ANY(CAST($1 AS bigint[]))) AND "worker_id" = $2 "#,
+///         r#"AND ("id", "attempts") IN (SELECT unnest(CAST($3 AS bigint[])), unnest(CAST($4 AS integer[])))"#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["id", "worker_id", "id", "attempts"]);
+/// ```
+pub fn ack_many(schema: &SchemaName, worker_id: &str, claims: &[(i64, i32)]) -> Statement {
+    build("ack_many", |b| {
+        let ids = || {
+            claims
+                .iter()
+                .map(|(id, _)| (*id).into())
+                .collect::<Vec<_>>()
+        };
+        let candidates = b.col_array(Jobs::Id, ids());
+        let worker = b.col(Jobs::WorkerId, worker_id);
+        let tokens = Query::select()
+            .expr(sea_query::Func::cust("unnest").arg(b.col_array(Jobs::Id, ids())))
+            .expr(
+                sea_query::Func::cust("unnest").arg(
+                    b.col_array(
+                        Jobs::Attempts,
+                        claims
+                            .iter()
+                            .map(|(_, attempts)| (*attempts).into())
+                            .collect(),
+                    ),
+                ),
+            )
+            .to_owned();
+        Query::delete()
+            .from_table(table::<Jobs>(schema))
+            .and_where(Expr::cust_with_exprs(
+                "$1 = ANY($2)",
+                [Expr::col(Jobs::Id), candidates],
+            ))
+            .and_where(Expr::col(Jobs::WorkerId).eq(worker))
+            .and_where(
+                Expr::tuple([Expr::col(Jobs::Id), Expr::col(Jobs::Attempts)]).in_subquery(tokens),
+            )
+            .to_owned()
     })
 }
 
