@@ -8,6 +8,7 @@ use schema_model::SchemaName;
 use tokio_postgres::Client;
 
 use crate::designs::{Design, FUTURE_AHEAD, drop_schema, seed};
+use crate::explain::Explainer;
 use crate::latency::{Recorder, ms};
 use crate::pool::{self, Conn, Limit, Worker, db_error};
 use crate::product;
@@ -156,26 +157,36 @@ pub struct ChurnResult {
     pub jobs_per_s: f64,
     pub before: TableStats,
     pub after: TableStats,
+    /// Buffers per claim before and after the churn.
+    pub buffers: (u64, u64),
 }
 
 /// The storage parameters compared in the churn run: the defaults, and the
 /// product's declared ones (or, while it declares none, the candidates).
 fn variants() -> Vec<(String, Vec<String>)> {
     let declared = product::declared_storage();
-    let tuned = if declared.is_empty() {
-        vec![
-            "fillfactor=70".to_owned(),
-            "autovacuum_vacuum_scale_factor=0.01".to_owned(),
-            "autovacuum_vacuum_threshold=1000".to_owned(),
-            "autovacuum_analyze_scale_factor=0.02".to_owned(),
-        ]
-    } else {
-        declared
-    };
+    let mut with_fillfactor = declared.clone();
+    with_fillfactor.push("fillfactor=70".to_owned());
     vec![
         ("defaults".to_owned(), Vec::new()),
-        ("tuned".to_owned(), tuned),
+        ("the product's declared".to_owned(), declared),
+        ("declared + fillfactor 70".to_owned(), with_fillfactor),
     ]
+}
+
+/// Buffers one claim reads now (median of the EXPLAIN runs; each claims a
+/// job for real): the load-free measure of what churn did to the indexes.
+async fn claim_buffers(schema: &SchemaName, scale: &Scale) -> u64 {
+    let mut explainer = Explainer::open().await;
+    explainer
+        .median(
+            || product::claim_path(schema, CHURN_QUEUE, unix_now(), "bench-explain", 1),
+            scale.explain_warmup,
+            scale.explain_runs,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .buffers
 }
 
 async fn churn_variant(
@@ -215,6 +226,7 @@ async fn churn_variant(
     )
     .await;
     let before = table_stats(admin, &schema).await;
+    let buffers_before = claim_buffers(&schema, scale).await;
     progress(&format!(
         "churn: {variant}: {} clients for {:.0} s",
         scale.churn_clients,
@@ -244,6 +256,7 @@ async fn churn_variant(
     // Closing the clients flushes their statistics; the server publishes
     // them within a second.
     drop(run);
+    let buffers_after = claim_buffers(&schema, scale).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after = table_stats(admin, &schema).await;
     let reloptions: Option<Vec<String>> = admin
@@ -264,6 +277,7 @@ async fn churn_variant(
         jobs_per_s,
         before,
         after,
+        buffers: (buffers_before, buffers_after),
     }
 }
 
@@ -295,6 +309,7 @@ pub fn report(report: &mut Report, churns: &[ChurnResult], scale: &Scale) {
         "last / first>",
         "p99 first>",
         "p99 last>",
+        "buffers / claim before -> after>",
         "heap before -> after>",
         "indexes before -> after",
         "dead tuples>",
@@ -326,6 +341,7 @@ pub fn report(report: &mut Report, churns: &[ChurnResult], scale: &Scale) {
             times(ratio(c.last.p50_ms(), c.first.p50_ms())),
             ms(c.first.p99_ms()),
             ms(c.last.p99_ms()),
+            format!("{} -> {}", c.buffers.0, c.buffers.1),
             format!(
                 "{} -> {}",
                 kib(c.before.table_bytes),

@@ -62,7 +62,11 @@ pub struct Scale {
     pub churn_window: Duration,
     pub churn_backlog: u64,
     pub churn_clients: usize,
+    /// The parts to run (`ALKSTORE_BENCH_ONLY`): all of them unless told.
+    pub parts: Vec<&'static str>,
 }
+
+const ALL_PARTS: [&str; 3] = ["claims", "loops", "churn"];
 
 impl Scale {
     fn named(name: &str) -> Self {
@@ -78,8 +82,9 @@ impl Scale {
             loop_time: Duration::from_secs(60),
             churn_time: Duration::from_secs(300),
             churn_window: Duration::from_secs(60),
-            churn_backlog: 100_000,
+            churn_backlog: 1_000_000,
             churn_clients: 4,
+            parts: ALL_PARTS.to_vec(),
         };
         match name {
             "full" => full,
@@ -109,6 +114,7 @@ impl Scale {
                 churn_window: Duration::from_secs(1),
                 churn_backlog: 2_000,
                 churn_clients: 2,
+                parts: ALL_PARTS.to_vec(),
             },
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
         }
@@ -137,6 +143,23 @@ impl Scale {
             scale.churn_time = secs;
             scale.churn_window = (secs / 5).min(Duration::from_secs(60));
             scale.name.push_str(", churn time overridden");
+        }
+        if let Ok(only) = std::env::var("ALKSTORE_BENCH_ONLY") {
+            scale.parts = only
+                .split(',')
+                .map(|part| {
+                    ALL_PARTS
+                        .iter()
+                        .copied()
+                        .find(|p| *p == part.trim())
+                        .unwrap_or_else(|| {
+                            panic!("ALKSTORE_BENCH_ONLY: {part:?} is not one of {ALL_PARTS:?}")
+                        })
+                })
+                .collect();
+            scale
+                .name
+                .push_str(&format!(", only {}", scale.parts.join(" and ")));
         }
         assert!(
             !scale.sizes.is_empty(),
@@ -248,7 +271,8 @@ async fn run(scale: Scale) {
     let mut boss = None;
     let mut boss_sql = None;
     let boss_schema = harness::unique_schema("pgboss_bench");
-    if pgboss_wanted {
+    let runs = |part: &str| scale.parts.contains(&part);
+    if pgboss_wanted && runs("loops") {
         progress(&format!(
             "pg-boss {}: installing under target/",
             pgboss::PGBOSS_VERSION
@@ -271,16 +295,30 @@ async fn run(scale: Scale) {
     }
 
     let mut report = Report::default();
-    let measured_claims = claims::run(&mut admin, &scale).await;
-    let measured_loops = loops::run(
-        &mut admin,
-        &scale,
-        boss.as_ref(),
-        boss_sql.clone(),
-        &boss_schema,
-    )
-    .await;
-    let measured_churn = churn::run(&mut admin, &scale).await;
+    let measured_claims = if runs("claims") {
+        Some(claims::run(&mut admin, &scale).await)
+    } else {
+        None
+    };
+    let measured_loops = if runs("loops") {
+        Some(
+            loops::run(
+                &mut admin,
+                &scale,
+                boss.as_ref(),
+                boss_sql.clone(),
+                &boss_schema,
+            )
+            .await,
+        )
+    } else {
+        None
+    };
+    let measured_churn = if runs("churn") {
+        Some(churn::run(&mut admin, &scale).await)
+    } else {
+        None
+    };
 
     if boss.is_some() {
         designs::drop_schema(&admin, &boss_schema).await;
@@ -300,9 +338,15 @@ async fn run(scale: Scale) {
             ))
     ));
 
-    claims::report(&mut report, &measured_claims, &scale);
-    loops::report(&mut report, &measured_loops);
-    churn::report(&mut report, &measured_churn, &scale);
+    if let Some(measured) = &measured_claims {
+        claims::report(&mut report, measured, &scale);
+    }
+    if let Some(measured) = &measured_loops {
+        loops::report(&mut report, measured);
+    }
+    if let Some(measured) = &measured_churn {
+        churn::report(&mut report, measured, &scale);
+    }
 
     report.finish("Hot paths: measured figures");
 }
