@@ -18,7 +18,8 @@
 //! under `cargo test --benches`) a tiny round exercises every part in
 //! seconds. `ALKSTORE_BENCH_SCALE=tiny|quick|full` picks a scale explicitly;
 //! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_LOOP_SECS`,
-//! `ALKSTORE_BENCH_CHURN_SECS` override parts of it.
+//! `ALKSTORE_BENCH_CHURN_SECS` override parts of it;
+//! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named.
 
 mod churn;
 mod claims;
