@@ -1,0 +1,161 @@
+//! Buffers per call, from `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the
+//! very statement with its bound values: the shared buffers the executor
+//! touched (hit + read; planning excluded, as a prepared statement's would
+//! be), the indexes it used, the sort nodes it had and the rows it read and
+//! threw away.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use tokio_postgres::SimpleQueryMessage;
+
+use crate::pool::{Conn, Param, Stmt, db_error};
+
+/// What one execution of a statement (or of a claim path: the sum over its
+/// statements) touched.
+#[derive(Debug, Clone, Default)]
+pub struct Work {
+    /// Shared buffers hit or read by the executor.
+    pub buffers: u64,
+    /// Rows removed by a filter or an index recheck, over every node.
+    pub rows_removed: u64,
+    /// Index names the plans used.
+    pub indexes: Vec<String>,
+    /// Sort nodes of any kind (`Sort`, `Incremental Sort`).
+    pub sorts: Vec<String>,
+    /// Rows the statements returned.
+    pub rows: u64,
+}
+
+impl Work {
+    fn add(&mut self, other: Work) {
+        self.buffers += other.buffers;
+        self.rows_removed += other.rows_removed;
+        self.rows += other.rows;
+        for i in other.indexes {
+            if !self.indexes.contains(&i) {
+                self.indexes.push(i);
+            }
+        }
+        self.sorts.extend(other.sorts);
+    }
+}
+
+/// Runs claim paths under `EXPLAIN (ANALYZE, BUFFERS)` on one connection.
+/// Each statement is prepared once on the server (`PREPARE`) and run with
+/// `EXPLAIN EXECUTE`, so the plan measured is the one the server's plan cache
+/// picks for a prepared statement (custom for the first five runs, then
+/// generic if that is no dearer), as for the timed clients.
+pub struct Explainer {
+    conn: Conn,
+    names: HashMap<String, String>,
+}
+
+impl Explainer {
+    pub async fn open() -> Self {
+        Self {
+            conn: Conn::open().await,
+            names: HashMap::new(),
+        }
+    }
+
+    /// Runs `stmts` in order: they execute for real (a claim takes its jobs)
+    /// and their work is summed.
+    pub async fn path(&mut self, stmts: &[Stmt]) -> Result<Work, String> {
+        let mut total = Work::default();
+        for stmt in stmts {
+            let name = match self.names.get(&stmt.sql) {
+                Some(name) => name.clone(),
+                None => {
+                    let name = format!("bench_explained_{}", self.names.len());
+                    self.conn
+                        .client
+                        .batch_execute(&prepare_sql(&name, stmt))
+                        .await
+                        .map_err(|e| db_error(&format!("PREPARE {}", stmt.sql), &e))?;
+                    self.names.insert(stmt.sql.clone(), name.clone());
+                    name
+                }
+            };
+            let args: Vec<String> = stmt.params.iter().map(Param::literal).collect();
+            let explain = format!(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
+                args.join(", ")
+            );
+            let rows = self
+                .conn
+                .client
+                .simple_query(&explain)
+                .await
+                .map_err(|e| db_error(&format!("EXPLAIN {}", stmt.sql), &e))?;
+            let text = rows
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                    _ => None,
+                })
+                .ok_or("EXPLAIN returned no row")?;
+            let plan: Value =
+                serde_json::from_str(&text).map_err(|e| format!("EXPLAIN output: {e}"))?;
+            total.add(work_of(&plan[0]["Plan"]));
+        }
+        Ok(total)
+    }
+
+    /// The median (by buffers) of `runs` executions of the path, after
+    /// `warmup` executions that settle the plan cache.
+    pub async fn median(
+        &mut self,
+        mut stmts: impl FnMut() -> Vec<Stmt>,
+        warmup: usize,
+        runs: usize,
+    ) -> Result<Work, String> {
+        for _ in 0..warmup {
+            self.path(&stmts()).await?;
+        }
+        let mut all = Vec::new();
+        for _ in 0..runs.max(1) {
+            all.push(self.path(&stmts()).await?);
+        }
+        all.sort_by_key(|w| w.buffers);
+        Ok(all.swap_remove(all.len() / 2))
+    }
+}
+
+/// `PREPARE name [(types)] AS sql`.
+fn prepare_sql(name: &str, stmt: &Stmt) -> String {
+    if stmt.types.is_empty() {
+        format!("PREPARE {name} AS {}", stmt.sql)
+    } else {
+        let types: Vec<&str> = stmt.types.iter().map(|t| t.name()).collect();
+        format!("PREPARE {name} ({}) AS {}", types.join(", "), stmt.sql)
+    }
+}
+
+fn work_of(root: &Value) -> Work {
+    let number = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0) as u64;
+    let mut work = Work {
+        buffers: number(root, "Shared Hit Blocks") + number(root, "Shared Read Blocks"),
+        rows: number(root, "Actual Rows"),
+        ..Work::default()
+    };
+    let mut stack = vec![root];
+    while let Some(node) = stack.pop() {
+        work.rows_removed +=
+            number(node, "Rows Removed by Filter") + number(node, "Rows Removed by Index Recheck");
+        if let Some(index) = node["Index Name"].as_str()
+            && !work.indexes.iter().any(|i| i == index)
+        {
+            work.indexes.push(index.to_owned());
+        }
+        if let Some(kind) = node["Node Type"].as_str()
+            && kind.contains("Sort")
+        {
+            work.sorts.push(kind.to_owned());
+        }
+        if let Some(children) = node["Plans"].as_array() {
+            stack.extend(children);
+        }
+    }
+    work
+}

@@ -1,0 +1,359 @@
+//! The enqueue -> claim -> ack loop: alkstore's product statements, pg-boss's
+//! SQL through the same driver, and pg-boss's Node API.
+
+use std::time::{Duration, Instant};
+
+use schema_model::SchemaName;
+use tokio_postgres::Client;
+
+use crate::designs::{self, Design, drop_schema};
+use crate::latency::{Recorder, ms};
+use crate::pgboss;
+use crate::pool::{self, Conn, Limit, Stmt, Worker, db_error};
+use crate::product;
+use crate::report::{Report, Table};
+use crate::{Scale, progress, ratio, times, unix_now};
+use std::sync::Arc;
+
+pub struct LoopWorker {
+    conn: Conn,
+    schema: SchemaName,
+    queue: String,
+    batch: u64,
+    client: usize,
+    worker: String,
+    n: u64,
+    latency: Recorder,
+    /// Enqueue and ack a batch with the candidate batch statements
+    /// (`designs::candidate_*`) instead of one product statement per job.
+    candidate: bool,
+}
+
+impl Worker for LoopWorker {
+    async fn step(&mut self) -> Result<u64, String> {
+        let started = Instant::now();
+        let now = unix_now();
+        let payloads: Vec<Vec<u8>> = (0..self.batch)
+            .map(|k| format!(r#"{{"client":{},"n":{}}}"#, self.client, self.n + k).into_bytes())
+            .collect();
+        let enqueue = if self.candidate {
+            vec![designs::candidate_enqueue_many(
+                &self.schema,
+                &self.queue,
+                &payloads,
+                now,
+            )]
+        } else {
+            product::enqueue(&self.schema, &self.queue, &payloads, now, now)
+        };
+        self.conn
+            .pipeline(&in_transaction(enqueue))
+            .await
+            .map_err(|e| db_error("enqueue", &e))?;
+        let claim = product::claim_path(
+            &self.schema,
+            &self.queue,
+            now,
+            &self.worker,
+            self.batch as i64,
+        );
+        let rows = self
+            .conn
+            .pipeline(&claim)
+            .await
+            .map_err(|e| db_error("claim", &e))?;
+        let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        if !claimed.is_empty() {
+            let ack = if self.candidate {
+                vec![designs::candidate_ack_many(
+                    &self.schema,
+                    &claimed,
+                    &self.worker,
+                )]
+            } else {
+                product::ack(&self.schema, &claimed, &self.worker)
+            };
+            self.conn
+                .pipeline(&in_transaction(ack))
+                .await
+                .map_err(|e| db_error("ack", &e))?;
+        }
+        self.latency.record(started.elapsed());
+        self.n += self.batch;
+        Ok(claimed.len() as u64)
+    }
+}
+
+/// Several statements as one transaction (pipelined: one round trip), as an
+/// engine sends a batch; a single statement as it is.
+pub fn in_transaction(stmts: Vec<Stmt>) -> Vec<Stmt> {
+    if stmts.len() < 2 {
+        return stmts;
+    }
+    let mut out = Vec::with_capacity(stmts.len() + 2);
+    out.push(Stmt::new("BEGIN", Vec::new()));
+    out.extend(stmts);
+    out.push(Stmt::new("COMMIT", Vec::new()));
+    out
+}
+
+pub struct LoopResult {
+    pub system: &'static str,
+    pub clients: usize,
+    pub batch: u64,
+    pub jobs_per_s: f64,
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
+pub const SYSTEM_CANDIDATE: &str =
+    "alkstore, candidate batch enqueue/ack (not in the product: designs.rs)";
+pub const SYSTEM_PGBOSS_SQL: &str = "pg-boss SQL, same driver (tokio-postgres)";
+pub const SYSTEM_PGBOSS_API: &str = "pg-boss Node API (node-postgres)";
+
+/// Slices each system's loop time is split into: the systems take turns,
+/// slice by slice, so a change in the machine's load falls on all alike.
+const SLICES: u32 = 4;
+
+/// One system's loop, kept across slices.
+enum Runner {
+    Alkstore {
+        system: &'static str,
+        schema: SchemaName,
+        workers: Vec<LoopWorker>,
+    },
+    BossSql {
+        workers: Vec<pgboss::SqlLoopWorker>,
+    },
+    BossApi {
+        queue: String,
+        latency: Recorder,
+    },
+}
+
+struct Totals {
+    jobs: u64,
+    seconds: f64,
+}
+
+async fn alkstore_runner(
+    admin: &mut Client,
+    system: &'static str,
+    candidate: bool,
+    clients: usize,
+    batch: u64,
+) -> Runner {
+    let schema = Design::Product.create(admin, "bench_loop").await;
+    let mut workers = Vec::new();
+    for client in 0..clients {
+        workers.push(LoopWorker {
+            conn: Conn::open().await,
+            schema: schema.clone(),
+            queue: "loop".to_owned(),
+            batch,
+            client,
+            worker: format!("bench-worker-{client}"),
+            n: 0,
+            latency: Recorder::new(),
+            candidate,
+        });
+    }
+    Runner::Alkstore {
+        system,
+        schema,
+        workers,
+    }
+}
+
+pub async fn run(
+    admin: &mut Client,
+    scale: &Scale,
+    boss: Option<&pgboss::PgBoss>,
+    boss_sql: Option<Arc<pgboss::PgBossSql>>,
+    boss_schema: &str,
+) -> Vec<LoopResult> {
+    let mut out = Vec::new();
+    let slice = scale.loop_time / SLICES;
+    for clients in [1usize, 8] {
+        for batch in [1u64, 10] {
+            progress(&format!(
+                "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
+                scale.loop_time.as_secs_f64()
+            ));
+            let mut runners =
+                vec![alkstore_runner(admin, SYSTEM_OURS, false, clients, batch).await];
+            if batch > 1 {
+                runners.push(alkstore_runner(admin, SYSTEM_CANDIDATE, true, clients, batch).await);
+            }
+            if let Some(sql) = boss_sql.clone() {
+                let queue = loop_queue(clients, batch, "sql");
+                let mut workers = Vec::new();
+                for client in 0..clients {
+                    workers
+                        .push(pgboss::SqlLoopWorker::new(sql.clone(), &queue, batch, client).await);
+                }
+                runners.push(Runner::BossSql { workers });
+            }
+            if boss.is_some() {
+                runners.push(Runner::BossApi {
+                    queue: loop_queue(clients, batch, "api"),
+                    latency: Recorder::new(),
+                });
+            }
+            let mut totals: Vec<Totals> = runners
+                .iter()
+                .map(|_| Totals {
+                    jobs: 0,
+                    seconds: 0.0,
+                })
+                .collect();
+            for _ in 0..SLICES {
+                for (runner, total) in runners.iter_mut().zip(totals.iter_mut()) {
+                    match runner {
+                        Runner::Alkstore { workers, .. } => {
+                            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
+                            total.jobs += run.jobs;
+                            total.seconds += run.elapsed.as_secs_f64();
+                            *workers = run.workers;
+                        }
+                        Runner::BossSql { workers } => {
+                            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
+                            total.jobs += run.jobs;
+                            total.seconds += run.elapsed.as_secs_f64();
+                            *workers = run.workers;
+                        }
+                        Runner::BossApi { queue, latency } => {
+                            let boss =
+                                boss.expect("a Node API runner only when pg-boss is installed");
+                            let api = boss
+                                .api_loop(boss_schema, queue, clients, batch, slice)
+                                .await
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            total.jobs += api.jobs;
+                            total.seconds += api.seconds;
+                            for micros in api.latencies_us {
+                                latency.record(Duration::from_secs_f64(micros / 1e6));
+                            }
+                        }
+                    }
+                }
+            }
+            for (runner, total) in runners.into_iter().zip(totals) {
+                let (system, latency) = match &runner {
+                    Runner::Alkstore {
+                        system, workers, ..
+                    } => (*system, Recorder::merged(workers, |w| &w.latency)),
+                    Runner::BossSql { workers } => {
+                        (SYSTEM_PGBOSS_SQL, Recorder::merged(workers, |w| &w.latency))
+                    }
+                    Runner::BossApi { latency, .. } => (SYSTEM_PGBOSS_API, latency.clone()),
+                };
+                out.push(LoopResult {
+                    system,
+                    clients,
+                    batch,
+                    jobs_per_s: total.jobs as f64 / total.seconds,
+                    p50: latency.p50_ms(),
+                    p99: latency.p99_ms(),
+                });
+                if let Runner::Alkstore {
+                    schema, workers, ..
+                } = runner
+                {
+                    drop(workers);
+                    drop_schema(admin, schema.as_str()).await;
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn loop_queue(clients: usize, batch: u64, how: &str) -> String {
+    format!("loop_{how}_c{clients}_b{batch}")
+}
+
+pub fn queues() -> Vec<String> {
+    let mut queues = Vec::new();
+    for clients in [1usize, 8] {
+        for batch in [1u64, 10] {
+            for how in ["sql", "api"] {
+                queues.push(loop_queue(clients, batch, how));
+            }
+        }
+    }
+    queues
+}
+
+pub fn report(report: &mut Report, loops: &[LoopResult]) {
+    report.heading("Enqueue -> claim -> ack loop");
+    let mut table = Table::new(&[
+        "system",
+        "clients>",
+        "batch>",
+        "jobs / s>",
+        "step p50>",
+        "step p99>",
+        "alkstore / this>",
+    ]);
+    let ours = |clients: usize, batch: u64| {
+        loops
+            .iter()
+            .find(|l| l.system == SYSTEM_OURS && l.clients == clients && l.batch == batch)
+            .map(|l| l.jobs_per_s)
+    };
+    for l in loops {
+        table.row(vec![
+            l.system.to_owned(),
+            l.clients.to_string(),
+            l.batch.to_string(),
+            format!("{:.0}", l.jobs_per_s),
+            ms(l.p50),
+            ms(l.p99),
+            if l.system == SYSTEM_OURS || l.system == SYSTEM_CANDIDATE {
+                String::new()
+            } else {
+                times(ratio(ours(l.clients, l.batch), Some(l.jobs_per_s)))
+            },
+        ]);
+    }
+    report.table(&table);
+    report.para(
+        "One step: enqueue `batch` jobs, claim up to `batch`, ack what was claimed. alkstore \
+         sends a batch of single-job statements as one pipelined transaction, and the claim \
+         path's statements pipelined; pg-boss's SQL is one statement per call, as its API \
+         sends it. Each alkstore run starts on a fresh schema, each pg-boss \
+         run on a fresh queue (its own partition). The systems of one row group take turns in \
+         four slices of a quarter of the loop time each, so load changes fall on all alike. pg-boss's Node API runs all clients as \
+         concurrent loops in one Node process over a pool of as many connections.",
+    );
+    for clients in [1usize, 8] {
+        let candidate = loops
+            .iter()
+            .find(|l| l.system == SYSTEM_CANDIDATE && l.clients == clients && l.batch == 10);
+        let boss = loops
+            .iter()
+            .find(|l| l.system == SYSTEM_PGBOSS_SQL && l.clients == clients && l.batch == 10);
+        if let (Some(c), Some(b)) = (candidate, boss) {
+            report.para(&format!(
+                "Batch 10, {clients} client(s): the candidate batch statements run {} of pg-boss's \
+                 SQL through the same driver (the product's one-statement-per-job enqueue and ack: \
+                 {}).",
+                times(ratio(Some(c.jobs_per_s), Some(b.jobs_per_s))),
+                times(ours(clients, 10).and_then(|o| ratio(Some(o), Some(b.jobs_per_s))))
+            ));
+        }
+    }
+    for batch in [1u64, 10] {
+        let boss = loops
+            .iter()
+            .find(|l| l.system == SYSTEM_PGBOSS_SQL && l.clients == 8 && l.batch == batch);
+        let r = boss.and_then(|b| ratio(ours(8, batch), Some(b.jobs_per_s)));
+        report.verdict(
+            format!("8-client loop >= 2x pg-boss's SQL through the same driver, batch {batch}"),
+            times(r),
+            r.is_some_and(|r| r >= 2.0),
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! Benchmark: the engine's hot paths at scale, beside pg-boss, in one run on
+//! one server (the harness's throwaway PostgreSQL cluster, or
+//! `ALKSTORE_TEST_DATABASE_URL`).
+//!
+//! ```text
+//! cargo bench -p alkstore-schema-tests --bench hot_paths
+//! ```
+//!
+//! In one run: claim p50/p99 and buffers per claim at each size, for every
+//! job mix, at 1 and 8 clients, for the product's design and the alternatives
+//! measured (`designs.rs`); a poll of a queue holding only not-yet-due jobs
+//! against a poll of an empty queue; an enqueue -> claim -> ack loop at 1 and
+//! 8 clients with batches of 1 and 10, beside pg-boss (its Node API, and its
+//! SQL through this driver); a churn run with default and tuned storage
+//! parameters. BENCHMARKS.md explains the figures.
+//!
+//! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
+//! under `cargo test --benches`) a tiny round exercises every part in
+//! seconds. `ALKSTORE_BENCH_SCALE=tiny|quick|full` picks a scale explicitly;
+//! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_LOOP_SECS`,
+//! `ALKSTORE_BENCH_CHURN_SECS` override parts of it;
+//! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named.
+
+mod churn;
+mod claims;
+mod designs;
+mod explain;
+mod latency;
+mod loops;
+mod pgboss;
+mod pool;
+mod product;
+mod report;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio_postgres::Client;
+
+use pool::db_error;
+use report::Report;
+
+// ---------------------------------------------------------------------------
+// Scale
+
+#[derive(Debug, Clone)]
+pub struct Scale {
+    pub name: String,
+    pub sizes: Vec<u64>,
+    /// Claims before measuring, on one client.
+    pub claim_warmup: u64,
+    /// Claims measured on one client, at most.
+    pub claims_one: u64,
+    /// Claims measured per client with eight clients, at most.
+    pub claims_eight: u64,
+    /// Wall time per claim measurement, at most.
+    pub claim_time: Duration,
+    /// EXPLAIN runs: settling the plan cache, then measured (median).
+    pub explain_warmup: usize,
+    pub explain_runs: usize,
+    pub loop_time: Duration,
+    pub churn_time: Duration,
+    pub churn_window: Duration,
+    pub churn_backlog: u64,
+    pub churn_clients: usize,
+    /// The parts to run (`ALKSTORE_BENCH_ONLY`): all of them unless told.
+    pub parts: Vec<&'static str>,
+}
+
+const ALL_PARTS: [&str; 3] = ["claims", "loops", "churn"];
+
+impl Scale {
+    fn named(name: &str) -> Self {
+        let full = Scale {
+            name: "full".to_owned(),
+            sizes: vec![10_000, 100_000, 1_000_000],
+            claim_warmup: 20,
+            claims_one: 600,
+            claims_eight: 100,
+            claim_time: Duration::from_secs(8),
+            explain_warmup: 6,
+            explain_runs: 5,
+            loop_time: Duration::from_secs(60),
+            churn_time: Duration::from_secs(300),
+            churn_window: Duration::from_secs(60),
+            churn_backlog: 1_000_000,
+            churn_clients: 4,
+            parts: ALL_PARTS.to_vec(),
+        };
+        match name {
+            "full" => full,
+            "quick" => Scale {
+                name: "quick".to_owned(),
+                sizes: vec![10_000, 100_000],
+                claims_one: 300,
+                claims_eight: 40,
+                claim_time: Duration::from_secs(4),
+                loop_time: Duration::from_secs(5),
+                churn_time: Duration::from_secs(30),
+                churn_window: Duration::from_secs(10),
+                churn_backlog: 20_000,
+                ..full
+            },
+            "tiny" => Scale {
+                name: "tiny".to_owned(),
+                sizes: vec![2_000, 5_000],
+                claim_warmup: 5,
+                claims_one: 40,
+                claims_eight: 8,
+                claim_time: Duration::from_secs(2),
+                explain_warmup: 1,
+                explain_runs: 1,
+                loop_time: Duration::from_secs(1),
+                churn_time: Duration::from_secs(4),
+                churn_window: Duration::from_secs(1),
+                churn_backlog: 2_000,
+                churn_clients: 2,
+                parts: ALL_PARTS.to_vec(),
+            },
+            other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
+        }
+    }
+
+    fn from_env(bench_flag: bool) -> Self {
+        let default = if bench_flag { "full" } else { "tiny" };
+        let name = std::env::var("ALKSTORE_BENCH_SCALE").unwrap_or_else(|_| default.to_owned());
+        let mut scale = Scale::named(&name);
+        if let Ok(sizes) = std::env::var("ALKSTORE_BENCH_SIZES") {
+            scale.sizes = sizes
+                .split(',')
+                .map(|s| {
+                    s.trim().parse().unwrap_or_else(|_| {
+                        panic!("ALKSTORE_BENCH_SIZES: {s:?} is not a number of jobs")
+                    })
+                })
+                .collect();
+            scale.name.push_str(", sizes overridden");
+        }
+        if let Some(secs) = env_secs("ALKSTORE_BENCH_LOOP_SECS") {
+            scale.loop_time = secs;
+            scale.name.push_str(", loop time overridden");
+        }
+        if let Some(secs) = env_secs("ALKSTORE_BENCH_CHURN_SECS") {
+            scale.churn_time = secs;
+            scale.churn_window = (secs / 5).min(Duration::from_secs(60));
+            scale.name.push_str(", churn time overridden");
+        }
+        if let Ok(only) = std::env::var("ALKSTORE_BENCH_ONLY") {
+            scale.parts = only
+                .split(',')
+                .map(|part| {
+                    ALL_PARTS
+                        .iter()
+                        .copied()
+                        .find(|p| *p == part.trim())
+                        .unwrap_or_else(|| {
+                            panic!("ALKSTORE_BENCH_ONLY: {part:?} is not one of {ALL_PARTS:?}")
+                        })
+                })
+                .collect();
+            scale
+                .name
+                .push_str(&format!(", only {}", scale.parts.join(" and ")));
+        }
+        assert!(
+            !scale.sizes.is_empty(),
+            "ALKSTORE_BENCH_SIZES names no size"
+        );
+        scale
+    }
+}
+
+fn env_secs(var: &str) -> Option<Duration> {
+    let value = std::env::var(var).ok()?;
+    let secs: f64 = value
+        .parse()
+        .unwrap_or_else(|_| panic!("{var}: {value:?} is not a number of seconds"));
+    Some(Duration::from_secs_f64(secs))
+}
+
+fn main() {
+    let bench_flag = std::env::args().any(|a| a == "--bench");
+    let scale = Scale::from_env(bench_flag);
+    if harness::skip_db_tests() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    runtime.block_on(run(scale));
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+pub static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// A progress line on stderr, with the time since the run started.
+pub fn progress(text: &str) {
+    let started = STARTED.get_or_init(Instant::now);
+    eprintln!("[{:>6.1} s] {text}", started.elapsed().as_secs_f64());
+}
+
+pub async fn exec(client: &Client, sql: &str) {
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{}", db_error(sql, &e)));
+}
+
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+pub fn times(r: Option<f64>) -> String {
+    r.map_or("n/a".to_owned(), |r| format!("{r:.2}x"))
+}
+
+pub fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The run
+
+async fn run(scale: Scale) {
+    progress(&format!("hot-path benchmark, {} scale", scale.name));
+    let mut admin = harness::connect().await;
+    let version: String = admin
+        .query_one("SHOW server_version", &[])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .get(0);
+    let load_before = load_average();
+
+    // The peer first: a missing Node fails the run before the long parts.
+    let pgboss_wanted = match std::env::var("ALKSTORE_BENCH_PGBOSS").as_deref() {
+        Ok("skip") => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "ALKSTORE_BENCH_PGBOSS=skip is for local runs only and is refused when CI is set"
+            );
+            eprintln!(
+                "\n!!!!!!!! ALKSTORE_BENCH_PGBOSS=skip: pg-boss is LEFT OUT of this run !!!!!!!!\n"
+            );
+            false
+        }
+        Ok("") | Err(_) => true,
+        Ok(other) => panic!("ALKSTORE_BENCH_PGBOSS must be skip or unset, not {other:?}"),
+    };
+    let mut boss = None;
+    let mut boss_sql = None;
+    let boss_schema = harness::unique_schema("pgboss_bench");
+    let runs = |part: &str| scale.parts.contains(&part);
+    if pgboss_wanted && runs("loops") {
+        progress(&format!(
+            "pg-boss {}: installing under target/",
+            pgboss::PGBOSS_VERSION
+        ));
+        let installed = pgboss::install().unwrap_or_else(|e| panic!("pg-boss: {e}"));
+        installed
+            .setup(&boss_schema, &loops::queues())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sql = installed
+            .sql(&boss_schema)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            sql.version, installed.version,
+            "the pg-boss SQL comes from another version than the one installed"
+        );
+        boss_sql = Some(Arc::new(sql));
+        boss = Some(installed);
+    }
+
+    let mut report = Report::default();
+    let measured_claims = if runs("claims") {
+        Some(claims::run(&mut admin, &scale).await)
+    } else {
+        None
+    };
+    let measured_loops = if runs("loops") {
+        Some(
+            loops::run(
+                &mut admin,
+                &scale,
+                boss.as_ref(),
+                boss_sql.clone(),
+                &boss_schema,
+            )
+            .await,
+        )
+    } else {
+        None
+    };
+    let measured_churn = if runs("churn") {
+        Some(churn::run(&mut admin, &scale).await)
+    } else {
+        None
+    };
+
+    if boss.is_some() {
+        designs::drop_schema(&admin, &boss_schema).await;
+    }
+    let load_after = load_average();
+
+    // ---- The report.
+    report.para(&format!(
+        "PostgreSQL {version}, {} scale, one run. Load average (1, 5, 15 min) {load_before} \
+         at the start, {load_after} at the end, on {} cores.{}",
+        scale.name,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        boss.as_ref()
+            .map_or(" pg-boss left out.".to_owned(), |b| format!(
+                " pg-boss {} on Node {}.",
+                b.version, b.node_version
+            ))
+    ));
+
+    if let Some(measured) = &measured_claims {
+        claims::report(&mut report, measured, &scale);
+    }
+    if let Some(measured) = &measured_loops {
+        loops::report(&mut report, measured);
+    }
+    if let Some(measured) = &measured_churn {
+        churn::report(&mut report, measured, &scale);
+    }
+
+    report.finish("Hot paths: measured figures");
+}

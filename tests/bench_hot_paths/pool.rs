@@ -1,0 +1,344 @@
+//! The client pool: N connections, each driven by its own task, all started
+//! together and stopped by a shared deadline or a per-client step count; and
+//! `Param`, the value type the benchmark binds to statements whose parameter
+//! types the server inferred (pg-boss's SQL, the alternatives' SQL).
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::task::JoinSet;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, Row, Statement};
+use uuid::Uuid;
+
+/// One bound value. The server infers each parameter's type when the
+/// statement is prepared (as it does for node-postgres, which sends every
+/// value untyped); `to_sql` then encodes the value for that type. Written by
+/// hand because tokio-postgres binds a Rust type to exactly the SQL types it
+/// names, while pg-boss's SQL leaves e.g. `$8` to be inferred as float8 and
+/// `$2` as bigint or int depending on where it is used.
+#[derive(Debug, Clone)]
+pub enum Param {
+    Null,
+    Text(String),
+    Int(i64),
+    Bool(bool),
+    Bytes(Vec<u8>),
+    Json(serde_json::Value),
+    Uuids(Vec<Uuid>),
+    ByteaArray(Vec<Vec<u8>>),
+    Int8Array(Vec<i64>),
+    Int4Array(Vec<i32>),
+}
+
+impl ToSql for Param {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        match self {
+            Param::Null => Ok(IsNull::Yes),
+            Param::Text(s) => s.as_str().to_sql_checked(ty, out),
+            Param::Int(v) => match *ty {
+                Type::INT2 => i16::try_from(*v)?.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*v)?.to_sql(ty, out),
+                Type::INT8 => v.to_sql(ty, out),
+                Type::FLOAT8 => (*v as f64).to_sql(ty, out),
+                Type::TEXT | Type::UNKNOWN | Type::VARCHAR => {
+                    v.to_string().as_str().to_sql(ty, out)
+                }
+                _ => Err(format!("cannot bind integer {v} to a {ty} parameter").into()),
+            },
+            Param::Bool(b) => b.to_sql_checked(ty, out),
+            Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
+            Param::Json(v) => v.to_sql_checked(ty, out),
+            Param::Uuids(ids) => ids.to_sql_checked(ty, out),
+            Param::ByteaArray(v) => v.to_sql_checked(ty, out),
+            Param::Int8Array(v) => v.to_sql_checked(ty, out),
+            Param::Int4Array(v) => v.to_sql_checked(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+impl Param {
+    /// The value as an SQL literal, for `EXECUTE name(...)` of a statement
+    /// prepared with `PREPARE` (the server coerces it to the inferred type).
+    pub fn literal(&self) -> String {
+        use schema_gen::render::quote_literal;
+        match self {
+            Param::Null => "NULL".to_owned(),
+            Param::Text(s) => quote_literal(s),
+            Param::Int(v) => v.to_string(),
+            Param::Bool(b) => b.to_string(),
+            Param::Bytes(b) => {
+                let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+                format!("'\\x{hex}'::bytea")
+            }
+            Param::Json(v) => quote_literal(&v.to_string()),
+            Param::Uuids(ids) => {
+                let list: Vec<String> = ids.iter().map(|u| format!("'{u}'")).collect();
+                format!("ARRAY[{}]::uuid[]", list.join(", "))
+            }
+            Param::ByteaArray(v) => {
+                let list: Vec<String> = v
+                    .iter()
+                    .map(|b| Param::Bytes(b.clone()).literal())
+                    .collect();
+                format!("ARRAY[{}]::bytea[]", list.join(", "))
+            }
+            Param::Int8Array(v) => format!("'{{{}}}'::bigint[]", join(v)),
+            Param::Int4Array(v) => format!("'{{{}}}'::int[]", join(v)),
+        }
+    }
+}
+
+fn join<T: ToString>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A statement to run: SQL with `$n` placeholders and its values.
+#[derive(Debug, Clone)]
+pub struct Stmt {
+    pub sql: String,
+    /// The values, also as literals for `EXPLAIN EXECUTE`.
+    pub params: Vec<Param>,
+    /// Parameter types to prepare with; empty: the server infers them.
+    pub types: Vec<Type>,
+    /// A product statement binds its own values, through the product's binder.
+    product: Option<schema_gen::statements::Statement>,
+}
+
+impl Stmt {
+    pub fn new(sql: impl Into<String>, params: Vec<Param>) -> Self {
+        Self {
+            sql: sql.into(),
+            params,
+            types: Vec::new(),
+            product: None,
+        }
+    }
+
+    pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
+        match &self.product {
+            Some(statement) => statement.args(),
+            None => self
+                .params
+                .iter()
+                .map(|p| p as &(dyn ToSql + Sync))
+                .collect(),
+        }
+    }
+}
+
+impl From<schema_gen::statements::Statement> for Stmt {
+    /// The product's statement as it is: its SQL, its parameter types, its
+    /// values bound by its binder (and mirrored as [`Param`]s for EXPLAIN).
+    fn from(statement: schema_gen::statements::Statement) -> Self {
+        use sea_query::Value;
+        let params = statement
+            .values()
+            .0
+            .iter()
+            .map(|value| match &value.0 {
+                Value::Bool(Some(b)) => Param::Bool(*b),
+                Value::SmallInt(Some(v)) => Param::Int(i64::from(*v)),
+                Value::Int(Some(v)) => Param::Int(i64::from(*v)),
+                Value::BigInt(Some(v)) => Param::Int(*v),
+                Value::Unsigned(Some(v)) => Param::Int(i64::from(*v)),
+                Value::BigUnsigned(Some(v)) => Param::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
+                Value::String(Some(v)) => Param::Text(v.clone()),
+                Value::Bytes(Some(v)) => Param::Bytes(v.clone()),
+                Value::Bool(None)
+                | Value::SmallInt(None)
+                | Value::Int(None)
+                | Value::BigInt(None)
+                | Value::Unsigned(None)
+                | Value::BigUnsigned(None)
+                | Value::String(None)
+                | Value::Bytes(None) => Param::Null,
+                other => {
+                    panic!("a product statement binds a value the benchmark cannot show: {other:?}")
+                }
+            })
+            .collect();
+        Self {
+            sql: statement.sql().to_owned(),
+            params,
+            types: statement.param_types(),
+            product: Some(statement),
+        }
+    }
+}
+
+/// A connection with its prepared statements, keyed by SQL text: every
+/// statement is parsed and planned once per connection, as an engine with a
+/// statement cache does.
+pub struct Conn {
+    pub client: Client,
+    prepared: HashMap<String, Statement>,
+}
+
+impl Conn {
+    pub async fn open() -> Self {
+        Self {
+            client: harness::connect().await,
+            prepared: HashMap::new(),
+        }
+    }
+
+    async fn prepared(&mut self, stmt: &Stmt) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(p) = self.prepared.get(&stmt.sql) {
+            return Ok(p.clone());
+        }
+        let p = self.client.prepare_typed(&stmt.sql, &stmt.types).await?;
+        self.prepared.insert(stmt.sql.clone(), p.clone());
+        Ok(p)
+    }
+
+    pub async fn query(&mut self, stmt: &Stmt) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let prepared = self.prepared(stmt).await?;
+        self.client.query(&prepared, &stmt.args()).await
+    }
+
+    /// Prepares every statement not yet prepared on this connection.
+    pub async fn prepare_all(&mut self, stmts: &[Stmt]) -> Result<(), tokio_postgres::Error> {
+        for stmt in stmts {
+            self.prepared(stmt).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends `stmts` pipelined (all in flight at once, executed in order:
+    /// one round trip), each in its own implicit transaction unless the list
+    /// holds `BEGIN` ... `COMMIT`. Returns each statement's rows.
+    pub async fn pipeline(
+        &mut self,
+        stmts: &[Stmt],
+    ) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
+        let mut prepared = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            prepared.push(self.prepared(stmt).await?);
+        }
+        let args: Vec<Vec<&(dyn ToSql + Sync)>> = stmts.iter().map(Stmt::args).collect();
+        let client = &self.client;
+        futures_util::future::try_join_all(
+            prepared
+                .iter()
+                .zip(&args)
+                .map(|(p, a)| client.query(p, a.as_slice())),
+        )
+        .await
+    }
+}
+
+/// When a run stops.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    /// Steps per client at most.
+    pub steps: u64,
+    /// Wall time at most.
+    pub time: Duration,
+}
+
+impl Limit {
+    pub fn time(time: Duration) -> Self {
+        Self {
+            steps: u64::MAX,
+            time,
+        }
+    }
+}
+
+/// One client's work: one step is one claim, or one enqueue -> claim -> ack
+/// iteration. It records its own latencies.
+pub trait Worker: Send + 'static {
+    /// Runs one step; returns the number of jobs it completed (0 when it found
+    /// nothing to claim).
+    fn step(&mut self) -> impl Future<Output = Result<u64, String>> + Send;
+}
+
+/// What a run did.
+pub struct Run<W> {
+    pub workers: Vec<W>,
+    pub jobs: u64,
+    pub steps: u64,
+    /// Steps that completed no job.
+    pub empty_steps: u64,
+    pub elapsed: Duration,
+}
+
+impl<W> Run<W> {
+    pub fn jobs_per_second(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Drives every worker on its own task until `limit`, all starting together.
+///
+/// # Panics
+///
+/// If a step fails: a benchmark whose statements fail measures nothing.
+pub async fn run<W: Worker>(workers: Vec<W>, limit: Limit) -> Run<W> {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(workers.len()));
+    let mut set = JoinSet::new();
+    let began = Instant::now();
+    for (index, mut worker) in workers.into_iter().enumerate() {
+        let start = start.clone();
+        set.spawn(async move {
+            start.wait().await;
+            let deadline = Instant::now() + limit.time;
+            let (mut jobs, mut steps, mut empty) = (0, 0, 0);
+            while steps < limit.steps && Instant::now() < deadline {
+                let done = worker
+                    .step()
+                    .await
+                    .unwrap_or_else(|e| panic!("benchmark client {index}: {e}"));
+                jobs += done;
+                steps += 1;
+                if done == 0 {
+                    empty += 1;
+                }
+            }
+            (index, worker, jobs, steps, empty)
+        });
+    }
+    let mut finished = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        finished.push(joined.unwrap_or_else(|e| panic!("benchmark client task: {e}")));
+    }
+    let elapsed = began.elapsed();
+    finished.sort_by_key(|f| f.0);
+    let mut out = Run {
+        workers: Vec::new(),
+        jobs: 0,
+        steps: 0,
+        empty_steps: 0,
+        elapsed,
+    };
+    for (_, worker, jobs, steps, empty) in finished {
+        out.workers.push(worker);
+        out.jobs += jobs;
+        out.steps += steps;
+        out.empty_steps += empty;
+    }
+    out
+}
+
+/// The server's own words for a failed statement.
+pub fn db_error(context: &str, e: &tokio_postgres::Error) -> String {
+    format!("{context}: {}", harness::describe_error(e))
+}

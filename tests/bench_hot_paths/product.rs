@@ -1,0 +1,155 @@
+//! The product's design (b), the ready/scheduled split: its schema from
+//! `schema_gen::bootstrap`, every statement from the product's own statement
+//! functions (`schema_gen::statements::jobs`), bound through the product's
+//! binder; nothing here writes SQL. Only the bulk seeding (designs.rs) is
+//! hand-written, and it fills `ready` the way enqueue does (`run_at <= now`).
+
+use schema_gen::statements::{CLAIM_PATH, FromRow, jobs};
+use schema_model::{Job, QueueOpts, SchemaName, TableModel};
+
+use crate::pool::Stmt;
+
+/// What the claim path is called in the report.
+pub const LABEL: &str = "(b) product: ready/scheduled split";
+
+/// Jobs one promotion makes ready at most, per job claimed: the statement's
+/// docs advise a limit well above the claim's batch, so promotion keeps ahead.
+const PROMOTE_PER_CLAIMED: u32 = 10;
+
+/// Creates the product's schema as the engine does at open.
+pub async fn create(admin: &mut tokio_postgres::Client, schema: &SchemaName) {
+    schema_gen::bootstrap(admin, schema)
+        .await
+        .unwrap_or_else(|e| panic!("bootstrap of {schema}: {e}"));
+}
+
+/// Columns the product's design adds to a seeded job, as SQL over the job's
+/// kind `k` ('future', 'claimed', 'due'): `ready` is `run_at <= now`, as
+/// enqueue and retry write it (a claimed job is always ready).
+pub fn seed_extra() -> Vec<(&'static str, &'static str)> {
+    vec![("ready", "k <> 'future'")]
+}
+
+/// The statements one claim of up to `limit` jobs runs, in the product's
+/// order ([`CLAIM_PATH`]).
+pub fn claim_path(
+    schema: &SchemaName,
+    queue: &str,
+    now: i64,
+    worker: &str,
+    limit: i64,
+) -> Vec<Stmt> {
+    let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+    CLAIM_PATH
+        .iter()
+        .map(|step| match *step {
+            "promote" => jobs::promote(
+                schema,
+                queue,
+                now,
+                limit.saturating_mul(PROMOTE_PER_CLAIMED),
+            ),
+            "claim" => jobs::claim(schema, queue, worker, now, limit),
+            other => {
+                panic!("the product's claim path has a step the benchmark does not know: {other}")
+            }
+        })
+        .map(Stmt::from)
+        .collect()
+}
+
+/// The names of the claim path's statements, for the report.
+pub fn claim_path_names() -> Vec<String> {
+    CLAIM_PATH.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The queue options stamped on every benchmark job.
+fn opts() -> QueueOpts {
+    QueueOpts {
+        visibility_timeout_s: 300,
+        max_attempts: 25,
+        backoff_base_s: 10,
+        dead_letter_retention_s: 604_800,
+    }
+}
+
+/// Enqueues `payloads`, one job each, due at `run_at`: one statement per job.
+pub fn enqueue(
+    schema: &SchemaName,
+    queue: &str,
+    payloads: &[Vec<u8>],
+    run_at: i64,
+    now: i64,
+) -> Vec<Stmt> {
+    payloads
+        .iter()
+        .map(|payload| {
+            let job = Job {
+                queue: queue.to_owned(),
+                payload: payload.clone(),
+                priority: 0,
+                run_at,
+                expires_at: None,
+                enqueued_at: now,
+                opts: opts(),
+                ..Job::default()
+            };
+            Stmt::from(jobs::enqueue(schema, &job, now))
+        })
+        .collect()
+}
+
+/// A claimed job: what ack and retry need to name its claim.
+pub struct Claimed {
+    pub id: i64,
+    pub attempts: i32,
+}
+
+/// The jobs a claim returned, decoded with the product's row mapping.
+pub fn claimed(rows: &[tokio_postgres::Row]) -> Result<Vec<Claimed>, String> {
+    rows.iter()
+        .map(|row| {
+            let job = Job::from_row(row).map_err(|e| format!("claim row: {e}"))?;
+            Ok(Claimed {
+                id: job.id,
+                attempts: job.attempts,
+            })
+        })
+        .collect()
+}
+
+/// Acknowledges the claimed jobs: one statement per job.
+pub fn ack(schema: &SchemaName, claimed: &[Claimed], worker: &str) -> Vec<Stmt> {
+    claimed
+        .iter()
+        .map(|job| Stmt::from(jobs::ack(schema, job.id, worker, job.attempts)))
+        .collect()
+}
+
+/// Releases the claim on `job` for another attempt at `run_at`.
+pub fn retry(
+    schema: &SchemaName,
+    job: &Claimed,
+    worker: &str,
+    run_at: i64,
+    error: &str,
+    now: i64,
+) -> Vec<Stmt> {
+    vec![Stmt::from(jobs::retry(
+        schema,
+        job.id,
+        worker,
+        job.attempts,
+        run_at,
+        Some(error),
+        now,
+    ))]
+}
+
+/// Storage parameters the product declares on `jobs` (reloptions form).
+pub fn declared_storage() -> Vec<String> {
+    <schema_model::Jobs as TableModel>::storage_parameters()
+        .into_iter()
+        .map(schema_model::StorageParameter::reloption)
+        .collect()
+}
