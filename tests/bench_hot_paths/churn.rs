@@ -67,14 +67,14 @@ impl Worker for ChurnWorker {
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
         let stmts = match claimed.first() {
             None => Vec::new(),
-            Some(job) if n.is_multiple_of(4) => product::retry(
+            Some(job) if n.is_multiple_of(4) => vec![product::retry(
                 &self.schema,
                 job,
                 &self.worker,
                 now + 1 + (n % 30) as i64,
                 "POST https://hooks.example.test/endpoint: 503",
                 now,
-            ),
+            )],
             Some(_) => {
                 let run_at = if n % 10 < 7 {
                     now
@@ -82,15 +82,10 @@ impl Worker for ChurnWorker {
                     now + 5 + (n % 56) as i64
                 };
                 let payload = format!(r#"{{"n":{n}}}"#).into_bytes();
-                let mut stmts = product::ack(&self.schema, &claimed, &self.worker);
-                stmts.extend(product::enqueue(
-                    &self.schema,
-                    CHURN_QUEUE,
-                    &[payload],
-                    run_at,
-                    now,
-                ));
-                stmts
+                vec![
+                    product::ack(&self.schema, &claimed, &self.worker),
+                    product::enqueue(&self.schema, CHURN_QUEUE, &[payload], run_at, now),
+                ]
             }
         };
         self.conn

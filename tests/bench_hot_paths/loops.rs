@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use schema_model::SchemaName;
 use tokio_postgres::Client;
 
-use crate::designs::{self, Design, drop_schema};
+use crate::designs::{Design, drop_schema};
 use crate::latency::{Recorder, ms};
 use crate::pgboss;
-use crate::pool::{self, Conn, Limit, Stmt, Worker, db_error};
+use crate::pool::{self, Conn, Limit, Worker, db_error};
 use crate::product;
 use crate::report::{Report, Table};
 use crate::{Scale, progress, ratio, times, unix_now};
@@ -24,9 +24,6 @@ pub struct LoopWorker {
     worker: String,
     n: u64,
     latency: Recorder,
-    /// Enqueue and ack a batch with the candidate batch statements
-    /// (`designs::candidate_*`) instead of one product statement per job.
-    candidate: bool,
 }
 
 impl Worker for LoopWorker {
@@ -36,18 +33,9 @@ impl Worker for LoopWorker {
         let payloads: Vec<Vec<u8>> = (0..self.batch)
             .map(|k| format!(r#"{{"client":{},"n":{}}}"#, self.client, self.n + k).into_bytes())
             .collect();
-        let enqueue = if self.candidate {
-            vec![designs::candidate_enqueue_many(
-                &self.schema,
-                &self.queue,
-                &payloads,
-                now,
-            )]
-        } else {
-            product::enqueue(&self.schema, &self.queue, &payloads, now, now)
-        };
+        let enqueue = product::enqueue(&self.schema, &self.queue, &payloads, now, now);
         self.conn
-            .pipeline(&in_transaction(enqueue))
+            .query(&enqueue)
             .await
             .map_err(|e| db_error("enqueue", &e))?;
         let claim = product::claim_path(
@@ -64,17 +52,9 @@ impl Worker for LoopWorker {
             .map_err(|e| db_error("claim", &e))?;
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
         if !claimed.is_empty() {
-            let ack = if self.candidate {
-                vec![designs::candidate_ack_many(
-                    &self.schema,
-                    &claimed,
-                    &self.worker,
-                )]
-            } else {
-                product::ack(&self.schema, &claimed, &self.worker)
-            };
+            let ack = product::ack(&self.schema, &claimed, &self.worker);
             self.conn
-                .pipeline(&in_transaction(ack))
+                .query(&ack)
                 .await
                 .map_err(|e| db_error("ack", &e))?;
         }
@@ -82,19 +62,6 @@ impl Worker for LoopWorker {
         self.n += self.batch;
         Ok(claimed.len() as u64)
     }
-}
-
-/// Several statements as one transaction (pipelined: one round trip), as an
-/// engine sends a batch; a single statement as it is.
-pub fn in_transaction(stmts: Vec<Stmt>) -> Vec<Stmt> {
-    if stmts.len() < 2 {
-        return stmts;
-    }
-    let mut out = Vec::with_capacity(stmts.len() + 2);
-    out.push(Stmt::new("BEGIN", Vec::new()));
-    out.extend(stmts);
-    out.push(Stmt::new("COMMIT", Vec::new()));
-    out
 }
 
 pub struct LoopResult {
@@ -107,8 +74,6 @@ pub struct LoopResult {
 }
 
 pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
-pub const SYSTEM_CANDIDATE: &str =
-    "alkstore, candidate batch enqueue/ack (not in the product: designs.rs)";
 pub const SYSTEM_PGBOSS_SQL: &str = "pg-boss SQL, same driver (tokio-postgres)";
 pub const SYSTEM_PGBOSS_API: &str = "pg-boss Node API (node-postgres)";
 
@@ -140,7 +105,6 @@ struct Totals {
 async fn alkstore_runner(
     admin: &mut Client,
     system: &'static str,
-    candidate: bool,
     clients: usize,
     batch: u64,
 ) -> Runner {
@@ -156,7 +120,6 @@ async fn alkstore_runner(
             worker: format!("bench-worker-{client}"),
             n: 0,
             latency: Recorder::new(),
-            candidate,
         });
     }
     Runner::Alkstore {
@@ -181,11 +144,7 @@ pub async fn run(
                 "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
                 scale.loop_time.as_secs_f64()
             ));
-            let mut runners =
-                vec![alkstore_runner(admin, SYSTEM_OURS, false, clients, batch).await];
-            if batch > 1 {
-                runners.push(alkstore_runner(admin, SYSTEM_CANDIDATE, true, clients, batch).await);
-            }
+            let mut runners = vec![alkstore_runner(admin, SYSTEM_OURS, clients, batch).await];
             if let Some(sql) = boss_sql.clone() {
                 let queue = loop_queue(clients, batch, "sql");
                 let mut workers = Vec::new();
@@ -311,7 +270,7 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
             format!("{:.0}", l.jobs_per_s),
             ms(l.p50),
             ms(l.p99),
-            if l.system == SYSTEM_OURS || l.system == SYSTEM_CANDIDATE {
+            if l.system == SYSTEM_OURS {
                 String::new()
             } else {
                 times(ratio(ours(l.clients, l.batch), Some(l.jobs_per_s)))
@@ -320,31 +279,15 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
     }
     report.table(&table);
     report.para(
-        "One step: enqueue `batch` jobs, claim up to `batch`, ack what was claimed. alkstore \
-         sends a batch of single-job statements as one pipelined transaction, and the claim \
-         path's statements pipelined; pg-boss's SQL is one statement per call, as its API \
-         sends it. Each alkstore run starts on a fresh schema, each pg-boss \
+        "One step: enqueue `batch` jobs, claim up to `batch`, ack what was claimed: three \
+         round trips for every system. alkstore sends the product's statements as an engine \
+         would: `enqueue` and `ack` for one job, `enqueue_many` and `ack_many` for a batch \
+         (one statement each), and the claim path's statements pipelined; pg-boss's SQL is \
+         one statement per call, as its API sends it. Each alkstore run starts on a fresh schema, each pg-boss \
          run on a fresh queue (its own partition). The systems of one row group take turns in \
          four slices of a quarter of the loop time each, so load changes fall on all alike. pg-boss's Node API runs all clients as \
          concurrent loops in one Node process over a pool of as many connections.",
     );
-    for clients in [1usize, 8] {
-        let candidate = loops
-            .iter()
-            .find(|l| l.system == SYSTEM_CANDIDATE && l.clients == clients && l.batch == 10);
-        let boss = loops
-            .iter()
-            .find(|l| l.system == SYSTEM_PGBOSS_SQL && l.clients == clients && l.batch == 10);
-        if let (Some(c), Some(b)) = (candidate, boss) {
-            report.para(&format!(
-                "Batch 10, {clients} client(s): the candidate batch statements run {} of pg-boss's \
-                 SQL through the same driver (the product's one-statement-per-job enqueue and ack: \
-                 {}).",
-                times(ratio(Some(c.jobs_per_s), Some(b.jobs_per_s))),
-                times(ours(clients, 10).and_then(|o| ratio(Some(o), Some(b.jobs_per_s))))
-            ));
-        }
-    }
     for batch in [1u64, 10] {
         let boss = loops
             .iter()
