@@ -17,6 +17,8 @@ use crate::pool::{Conn, Stmt, db_error};
 pub struct Work {
     /// Shared buffers hit or read by the executor.
     pub buffers: u64,
+    /// The buffers of each statement of the path, in order.
+    pub steps: Vec<u64>,
     /// Rows removed by a filter or an index recheck, over every node.
     pub rows_removed: u64,
     /// Index names the plans used.
@@ -30,6 +32,7 @@ pub struct Work {
 impl Work {
     fn add(&mut self, other: Work) {
         self.buffers += other.buffers;
+        self.steps.push(other.buffers);
         self.rows_removed += other.rows_removed;
         self.rows += other.rows;
         for i in other.indexes {

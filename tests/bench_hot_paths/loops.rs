@@ -14,6 +14,9 @@ use crate::product;
 use crate::report::{Report, Table};
 use crate::{Scale, progress, ratio, times, unix_now};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::maintenance::{Maintainer, Policy};
 
 pub struct LoopWorker {
     conn: Conn,
@@ -24,6 +27,8 @@ pub struct LoopWorker {
     worker: String,
     n: u64,
     latency: Recorder,
+    /// The engine's count of claimed jobs, for its maintenance step.
+    claims: Arc<AtomicU64>,
 }
 
 impl Worker for LoopWorker {
@@ -51,6 +56,8 @@ impl Worker for LoopWorker {
             .await
             .map_err(|e| db_error("claim", &e))?;
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        self.claims
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
         if !claimed.is_empty() {
             let ack = product::ack(&self.schema, &claimed, &self.worker);
             self.conn
@@ -71,6 +78,8 @@ pub struct LoopResult {
     pub jobs_per_s: f64,
     pub p50: Option<f64>,
     pub p99: Option<f64>,
+    /// alkstore's maintenance runs (`jobs::vacuum`), if it ran any.
+    pub vacuums: Option<Recorder>,
 }
 
 pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
@@ -87,6 +96,7 @@ enum Runner {
         system: &'static str,
         schema: SchemaName,
         workers: Vec<LoopWorker>,
+        maintainer: Option<Maintainer>,
     },
     BossSql {
         workers: Vec<pgboss::SqlLoopWorker>,
@@ -109,6 +119,10 @@ async fn alkstore_runner(
     batch: u64,
 ) -> Runner {
     let schema = Design::Product.create(admin, "bench_loop").await;
+    let maintainer = loop_maintenance().map(|policy| Maintainer::start(&schema, policy));
+    let claims = maintainer
+        .as_ref()
+        .map_or_else(|| Arc::new(AtomicU64::new(0)), Maintainer::claims);
     let mut workers = Vec::new();
     for client in 0..clients {
         workers.push(LoopWorker {
@@ -120,12 +134,24 @@ async fn alkstore_runner(
             worker: format!("bench-worker-{client}"),
             n: 0,
             latency: Recorder::new(),
+            claims: claims.clone(),
         });
     }
     Runner::Alkstore {
         system,
         schema,
         workers,
+        maintainer,
+    }
+}
+
+/// The engine's maintenance step in the loop, as the statements module docs
+/// tell an engine to run it (`ALKSTORE_BENCH_LOOP_VACUUM=off` leaves it out).
+fn loop_maintenance() -> Option<Policy> {
+    match std::env::var("ALKSTORE_BENCH_LOOP_VACUUM").as_deref() {
+        Ok("off") => None,
+        Ok("") | Err(_) => Some(Policy::EveryClaims(crate::churn::VACUUM_EVERY_CLAIMS)),
+        Ok(other) => panic!("ALKSTORE_BENCH_LOOP_VACUUM must be off or unset, not {other:?}"),
     }
 }
 
@@ -138,8 +164,8 @@ pub async fn run(
 ) -> Vec<LoopResult> {
     let mut out = Vec::new();
     let slice = scale.loop_time / SLICES;
-    for clients in [1usize, 8] {
-        for batch in [1u64, 10] {
+    for &(clients, batch) in &scale.loop_groups {
+        {
             progress(&format!(
                 "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
                 scale.loop_time.as_secs_f64()
@@ -215,12 +241,21 @@ pub async fn run(
                     jobs_per_s: total.jobs as f64 / total.seconds,
                     p50: latency.p50_ms(),
                     p99: latency.p99_ms(),
+                    vacuums: None,
                 });
                 if let Runner::Alkstore {
-                    schema, workers, ..
+                    schema,
+                    workers,
+                    maintainer,
+                    ..
                 } = runner
                 {
                     drop(workers);
+                    if let Some(maintainer) = maintainer {
+                        let runs = maintainer.stop().await;
+                        out.last_mut().expect("the result was just pushed").vacuums =
+                            Some(runs.durations);
+                    }
                     drop_schema(admin, schema.as_str()).await;
                 }
             }
