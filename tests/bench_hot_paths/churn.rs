@@ -1,7 +1,9 @@
-//! The churn run: claim latency in the first and last window, table and
-//! index sizes, dead tuples and the share of HOT updates, for the default and
-//! the tuned storage parameters.
+//! The churn run: claim latency and buffers per claim over time, table and
+//! index sizes, dead tuples and the share of HOT updates, for each way of
+//! keeping `jobs` clean that is compared (the variants).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use schema_model::SchemaName;
@@ -10,10 +12,130 @@ use tokio_postgres::Client;
 use crate::designs::{Design, FUTURE_AHEAD, drop_schema, seed};
 use crate::explain::Explainer;
 use crate::latency::{Recorder, ms};
+use crate::maintenance::{Maintainer, Policy};
 use crate::pool::{self, Conn, Limit, Worker, db_error};
 use crate::product;
 use crate::report::{Report, Table};
 use crate::{Scale, count, exec, progress, ratio, times, unix_now};
+
+pub const CHURN_QUEUE: &str = "bench";
+
+// ---------------------------------------------------------------------------
+// The variants
+
+/// What keeps `jobs` clean in one churn run.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// Its name in `ALKSTORE_BENCH_CHURN_VARIANTS` and the report.
+    pub name: &'static str,
+    /// Storage parameters on `jobs` (reloptions form); nothing else is set.
+    pub reloptions: Vec<String>,
+    /// Server settings set with `ALTER SYSTEM` for the run, reset after.
+    pub server: Vec<(&'static str, &'static str)>,
+    /// The engine's maintenance step, run on its own connection.
+    pub maintenance: Option<Policy>,
+}
+
+impl Variant {
+    pub fn about(&self) -> String {
+        let mut parts = vec![if self.reloptions.is_empty() {
+            "no storage parameters".to_owned()
+        } else {
+            self.reloptions.join(", ")
+        }];
+        for (name, value) in &self.server {
+            parts.push(format!("server {name} = {value}"));
+        }
+        if let Some(policy) = self.maintenance {
+            parts.push(format!("the engine runs {}", policy.describe()));
+        }
+        parts.join("; ")
+    }
+}
+
+/// The clock the time-driven maintenance variant runs on.
+pub const VACUUM_EVERY: Duration = Duration::from_secs(1);
+
+/// Claims between two runs of the claim-driven maintenance variant.
+pub const VACUUM_EVERY_CLAIMS: u64 = 2_000;
+
+/// Every variant the churn run knows, by name.
+pub fn variants() -> Vec<Variant> {
+    let declared = product::declared_storage();
+    let every = crate::env_secs("ALKSTORE_BENCH_VACUUM_EVERY").unwrap_or(VACUUM_EVERY);
+    let every_claims = std::env::var("ALKSTORE_BENCH_VACUUM_EVERY_CLAIMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(VACUUM_EVERY_CLAIMS);
+    let naptime = match std::env::var("ALKSTORE_BENCH_NAPTIME").as_deref() {
+        Ok("5s") => "5s",
+        Ok("10s") => "10s",
+        _ => "1s",
+    };
+    let mut unthrottled = declared.clone();
+    unthrottled.push("autovacuum_vacuum_cost_delay=0".to_owned());
+    vec![
+        Variant {
+            name: "defaults",
+            reloptions: Vec::new(),
+            server: Vec::new(),
+            maintenance: None,
+        },
+        Variant {
+            name: "declared",
+            reloptions: declared.clone(),
+            server: Vec::new(),
+            maintenance: None,
+        },
+        Variant {
+            name: "naptime",
+            reloptions: declared.clone(),
+            server: vec![("autovacuum_naptime", naptime)],
+            maintenance: None,
+        },
+        Variant {
+            name: "naptime-unthrottled",
+            reloptions: unthrottled,
+            server: vec![("autovacuum_naptime", naptime)],
+            maintenance: None,
+        },
+        Variant {
+            name: "vacuum-clock",
+            reloptions: declared.clone(),
+            server: Vec::new(),
+            maintenance: Some(Policy::Every(every)),
+        },
+        Variant {
+            name: "vacuum-claims",
+            reloptions: declared,
+            server: Vec::new(),
+            maintenance: Some(Policy::EveryClaims(every_claims)),
+        },
+    ]
+}
+
+/// The variants this run compares (`ALKSTORE_BENCH_CHURN_VARIANTS`, or the
+/// scale's).
+pub fn chosen(names: &[String]) -> Vec<Variant> {
+    let all = variants();
+    names
+        .iter()
+        .map(|name| {
+            all.iter()
+                .find(|v| v.name == name)
+                .cloned()
+                .unwrap_or_else(|| {
+                    panic!(
+                        "ALKSTORE_BENCH_CHURN_VARIANTS: {name:?} is not one of {:?}",
+                        all.iter().map(|v| v.name).collect::<Vec<_>>()
+                    )
+                })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// The clients
 
 pub struct ChurnWorker {
     conn: Conn,
@@ -23,21 +145,14 @@ pub struct ChurnWorker {
     started: Instant,
     window: Duration,
     total: Duration,
+    sample: Duration,
     first: Recorder,
     last: Recorder,
-    all: Recorder,
+    /// One recorder per sample interval.
+    series: Vec<Recorder>,
+    /// The engine's count of claimed jobs, for a claim-driven maintenance step.
+    claims: Arc<AtomicU64>,
 }
-
-/// Both variants, one after the other.
-pub async fn run(admin: &mut Client, scale: &Scale) -> Vec<ChurnResult> {
-    let mut out = Vec::new();
-    for (variant, options) in variants() {
-        out.push(churn_variant(admin, scale, &variant, &options).await);
-    }
-    out
-}
-
-pub const CHURN_QUEUE: &str = "bench";
 
 impl Worker for ChurnWorker {
     /// Claim one job, then (1 in 4) retry it 1..30 s later as a failed webhook
@@ -57,24 +172,29 @@ impl Worker for ChurnWorker {
             .map_err(|e| db_error("claim", &e))?;
         let took = claim_started.elapsed();
         let at = claim_started - self.started;
-        self.all.record(took);
         if at < self.window {
             self.first.record(took);
         }
         if at + self.window >= self.total {
             self.last.record(took);
         }
+        let slot = (at.as_secs_f64() / self.sample.as_secs_f64()) as usize;
+        if let Some(recorder) = self.series.get_mut(slot) {
+            recorder.record(took);
+        }
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        self.claims
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
         let stmts = match claimed.first() {
             None => Vec::new(),
-            Some(job) if n.is_multiple_of(4) => product::retry(
+            Some(job) if n.is_multiple_of(4) => vec![product::retry(
                 &self.schema,
                 job,
                 &self.worker,
                 now + 1 + (n % 30) as i64,
                 "POST https://hooks.example.test/endpoint: 503",
                 now,
-            ),
+            )],
             Some(_) => {
                 let run_at = if n % 10 < 7 {
                     now
@@ -82,15 +202,10 @@ impl Worker for ChurnWorker {
                     now + 5 + (n % 56) as i64
                 };
                 let payload = format!(r#"{{"n":{n}}}"#).into_bytes();
-                let mut stmts = product::ack(&self.schema, &claimed, &self.worker);
-                stmts.extend(product::enqueue(
-                    &self.schema,
-                    CHURN_QUEUE,
-                    &[payload],
-                    run_at,
-                    now,
-                ));
-                stmts
+                vec![
+                    product::ack(&self.schema, &claimed, &self.worker),
+                    product::enqueue(&self.schema, CHURN_QUEUE, &[payload], run_at, now),
+                ]
             }
         };
         self.conn
@@ -101,6 +216,9 @@ impl Worker for ChurnWorker {
     }
 }
 
+// ---------------------------------------------------------------------------
+// What is measured
+
 #[derive(Debug, Clone, Default)]
 pub struct TableStats {
     pub table_bytes: i64,
@@ -110,6 +228,7 @@ pub struct TableStats {
     pub dead: i64,
     pub live: i64,
     pub autovacuums: i64,
+    pub vacuums: i64,
 }
 
 pub async fn table_stats(admin: &Client, schema: &SchemaName) -> TableStats {
@@ -118,14 +237,28 @@ pub async fn table_stats(admin: &Client, schema: &SchemaName) -> TableStats {
         .query_one(
             &format!(
                 "SELECT pg_relation_size($1::text::regclass), n_tup_upd, n_tup_hot_upd, \
-                 n_dead_tup, (SELECT count(*) FROM {relation}), autovacuum_count \
+                 n_dead_tup, (SELECT count(*) FROM {relation}), autovacuum_count, vacuum_count \
                  FROM pg_stat_user_tables WHERE relid = $1::text::regclass"
             ),
             &[&relation],
         )
         .await
         .unwrap_or_else(|e| panic!("{}", db_error("table stats", &e)));
-    let indexes = admin
+    let indexes = index_sizes(admin, &relation).await;
+    TableStats {
+        table_bytes: row.get(0),
+        indexes,
+        updates: row.get(1),
+        hot_updates: row.get(2),
+        dead: row.get(3),
+        live: row.get(4),
+        autovacuums: row.get(5),
+        vacuums: row.get(6),
+    }
+}
+
+async fn index_sizes(admin: &Client, relation: &str) -> Vec<(String, i64)> {
+    admin
         .query(
             "SELECT c.relname::text, pg_relation_size(i.indexrelid) FROM pg_index i \
              JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::text::regclass \
@@ -136,66 +269,117 @@ pub async fn table_stats(admin: &Client, schema: &SchemaName) -> TableStats {
         .unwrap_or_else(|e| panic!("{}", db_error("index sizes", &e)))
         .iter()
         .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    TableStats {
-        table_bytes: row.get(0),
-        indexes,
-        updates: row.get(1),
-        hot_updates: row.get(2),
-        dead: row.get(3),
-        live: row.get(4),
-        autovacuums: row.get(5),
+        .collect()
+}
+
+/// One point of the time series, taken by the sampler.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Seconds since the churn started.
+    pub at: f64,
+    /// Buffers one claim read (median of three EXPLAIN runs).
+    pub buffers: u64,
+    /// ... of them in each statement of the claim path.
+    pub steps: Vec<u64>,
+    pub dead: i64,
+    /// Vacuums of `jobs` so far in the run (autovacuum and the engine's).
+    pub vacuums: i64,
+}
+
+/// Buffers one claim reads now (median of the EXPLAIN runs; each claims a
+/// job for real): the load-free measure of what churn did to the indexes.
+async fn claim_buffers(
+    explainer: &mut Explainer,
+    schema: &SchemaName,
+    warmup: usize,
+    runs: usize,
+) -> (u64, Vec<u64>) {
+    let work = explainer
+        .median(
+            || product::claim_path(schema, CHURN_QUEUE, unix_now(), "bench-explain", 1),
+            warmup,
+            runs,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (work.buffers, work.steps)
+}
+
+async fn sample(
+    explainer: &mut Explainer,
+    stats: &Client,
+    schema: &SchemaName,
+    at: f64,
+    vacuums_before: i64,
+) -> Sample {
+    let (buffers, steps) = claim_buffers(explainer, schema, 0, 3).await;
+    let relation = format!("{schema}.jobs");
+    let row = stats
+        .query_one(
+            "SELECT n_dead_tup, autovacuum_count + vacuum_count \
+             FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
+            &[&relation],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", db_error("sample stats", &e)));
+    Sample {
+        at,
+        buffers,
+        steps,
+        dead: row.get(0),
+        vacuums: row.get::<_, i64>(1) - vacuums_before,
     }
 }
 
 pub struct ChurnResult {
-    pub variant: String,
+    pub variant: Variant,
     pub reloptions: String,
     pub first: Recorder,
     pub last: Recorder,
-    pub all: Recorder,
+    pub series: Vec<Recorder>,
+    pub samples: Vec<Sample>,
     pub jobs_per_s: f64,
     pub before: TableStats,
     pub after: TableStats,
     /// Buffers per claim before and after the churn.
     pub buffers: (u64, u64),
+    /// The engine's maintenance runs: how long each took, and how many were
+    /// skipped (lock not available).
+    pub maintenance: Recorder,
+    pub maintenance_skipped: u64,
 }
 
-/// The storage parameters compared in the churn run: the defaults, and the
-/// product's declared ones (or, while it declares none, the candidates).
-fn variants() -> Vec<(String, Vec<String>)> {
-    let declared = product::declared_storage();
-    let mut with_fillfactor = declared.clone();
-    with_fillfactor.push("fillfactor=70".to_owned());
-    vec![
-        ("defaults".to_owned(), Vec::new()),
-        ("the product's declared".to_owned(), declared),
-        ("declared + fillfactor 70".to_owned(), with_fillfactor),
-    ]
+/// Every chosen variant, one after the other.
+pub async fn run(admin: &mut Client, scale: &Scale) -> Vec<ChurnResult> {
+    let mut out = Vec::new();
+    for variant in chosen(&scale.churn_variants) {
+        out.push(churn_variant(admin, scale, &variant).await);
+    }
+    out
 }
 
-/// Buffers one claim reads now (median of the EXPLAIN runs; each claims a
-/// job for real): the load-free measure of what churn did to the indexes.
-async fn claim_buffers(schema: &SchemaName, scale: &Scale) -> u64 {
-    let mut explainer = Explainer::open().await;
-    explainer
-        .median(
-            || product::claim_path(schema, CHURN_QUEUE, unix_now(), "bench-explain", 1),
-            scale.explain_warmup,
-            scale.explain_runs,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .buffers
+async fn set_server(admin: &Client, settings: &[(&str, &str)], reset: bool) {
+    for (name, value) in settings {
+        let sql = if reset {
+            format!("ALTER SYSTEM RESET {name}")
+        } else {
+            format!(
+                "ALTER SYSTEM SET {name} = {}",
+                schema_gen::render::quote_literal(value)
+            )
+        };
+        exec(admin, &sql).await;
+    }
+    if !settings.is_empty() {
+        exec(admin, "SELECT pg_reload_conf()").await;
+        // The launcher rereads its configuration on the signal; give it a
+        // moment before the clock starts.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
-async fn churn_variant(
-    admin: &mut Client,
-    scale: &Scale,
-    variant: &str,
-    options: &[String],
-) -> ChurnResult {
-    progress(&format!("churn: {variant} storage parameters: seeding"));
+async fn churn_variant(admin: &mut Client, scale: &Scale, variant: &Variant) -> ChurnResult {
+    progress(&format!("churn: {}: seeding", variant.name));
     let schema = Design::Product.create(admin, "bench_churn").await;
     // Whatever the model declares is reset first, so each variant has exactly
     // the options it names.
@@ -204,14 +388,18 @@ async fn churn_variant(
         &format!(
             "ALTER TABLE {schema}.jobs RESET (fillfactor, autovacuum_vacuum_scale_factor, \
              autovacuum_vacuum_threshold, autovacuum_analyze_scale_factor, \
-             autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold)"
+             autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold, \
+             autovacuum_vacuum_cost_delay)"
         ),
     )
     .await;
-    if !options.is_empty() {
+    if !variant.reloptions.is_empty() {
         exec(
             admin,
-            &format!("ALTER TABLE {schema}.jobs SET ({})", options.join(", ")),
+            &format!(
+                "ALTER TABLE {schema}.jobs SET ({})",
+                variant.reloptions.join(", ")
+            ),
         )
         .await;
     }
@@ -226,12 +414,29 @@ async fn churn_variant(
     )
     .await;
     let before = table_stats(admin, &schema).await;
-    let buffers_before = claim_buffers(&schema, scale).await;
+    let mut explainer = Explainer::open().await;
+    let (buffers_before, _) = claim_buffers(
+        &mut explainer,
+        &schema,
+        scale.explain_warmup,
+        scale.explain_runs,
+    )
+    .await;
+    set_server(admin, &variant.server, false).await;
     progress(&format!(
-        "churn: {variant}: {} clients for {:.0} s",
+        "churn: {}: {} clients for {:.0} s ({})",
+        variant.name,
         scale.churn_clients,
-        scale.churn_time.as_secs_f64()
+        scale.churn_time.as_secs_f64(),
+        variant.about()
     ));
+    let slots = (scale.churn_time.as_secs_f64() / scale.churn_sample.as_secs_f64()).ceil() as usize;
+    let maintainer = variant
+        .maintenance
+        .map(|policy| Maintainer::start(&schema, policy));
+    let claims = maintainer
+        .as_ref()
+        .map_or_else(|| Arc::new(AtomicU64::new(0)), Maintainer::claims);
     let started = Instant::now();
     let mut workers = Vec::new();
     for index in 0..scale.churn_clients {
@@ -243,20 +448,75 @@ async fn churn_variant(
             started,
             window: scale.churn_window,
             total: scale.churn_time,
+            sample: scale.churn_sample,
             first: Recorder::new(),
             last: Recorder::new(),
-            all: Recorder::new(),
+            series: (0..slots).map(|_| Recorder::new()).collect(),
+            claims: claims.clone(),
         });
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    // The sampler: buffers per claim and the table's state every interval.
+    let sampler = {
+        let schema = schema.clone();
+        let stop = stop.clone();
+        let interval = scale.churn_sample;
+        let vacuums_before = before.autovacuums + before.vacuums;
+        tokio::spawn(async move {
+            let stats = harness::connect().await;
+            let mut samples = Vec::new();
+            let mut k = 1;
+            loop {
+                // Somewhere inside the k-th interval, not at its end: a
+                // sample taken in step with a periodic vacuum would always
+                // see the same moment of its cycle.
+                let phase =
+                    0.1 + 0.8 * (((k as u64).wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0);
+                let due = started + interval.mul_f64((k - 1) as f64 + phase);
+                tokio::time::sleep_until(due.into()).await;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let at = started.elapsed().as_secs_f64();
+                samples.push(sample(&mut explainer, &stats, &schema, at, vacuums_before).await);
+                k += 1;
+            }
+            (samples, explainer)
+        })
+    };
     let run = pool::run(workers, Limit::time(scale.churn_time)).await;
+    stop.store(true, Ordering::Relaxed);
     let jobs_per_s = run.jobs_per_second();
     let first = Recorder::merged(&run.workers, |w| &w.first);
     let last = Recorder::merged(&run.workers, |w| &w.last);
-    let all = Recorder::merged(&run.workers, |w| &w.all);
+    let series: Vec<Recorder> = (0..slots)
+        .map(|slot| Recorder::merged(&run.workers, |w| &w.series[slot]))
+        .collect();
     // Closing the clients flushes their statistics; the server publishes
     // them within a second.
     drop(run);
-    let buffers_after = claim_buffers(&schema, scale).await;
+    let (samples, mut explainer) = sampler
+        .await
+        .unwrap_or_else(|e| panic!("churn sampler: {e}"));
+    let (maintenance, maintenance_skipped) = match maintainer {
+        Some(maintainer) => {
+            let runs = maintainer.stop().await;
+            (runs.durations, runs.skipped)
+        }
+        None => (Recorder::new(), 0),
+    };
+    let (buffers_after, steps_after) = claim_buffers(
+        &mut explainer,
+        &schema,
+        scale.explain_warmup,
+        scale.explain_runs,
+    )
+    .await;
+    progress(&format!(
+        "churn: {}: buffers per claim after: {buffers_after} {steps_after:?}",
+        variant.name
+    ));
+    set_server(admin, &variant.server, true).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after = table_stats(admin, &schema).await;
     let reloptions: Option<Vec<String>> = admin
@@ -269,17 +529,23 @@ async fn churn_variant(
         .get(0);
     drop_schema(admin, schema.as_str()).await;
     ChurnResult {
-        variant: variant.to_owned(),
+        variant: variant.clone(),
         reloptions: reloptions.map_or("(none)".to_owned(), |o| o.join(", ")),
         first,
         last,
-        all,
+        series,
+        samples,
         jobs_per_s,
         before,
         after,
         buffers: (buffers_before, buffers_after),
+        maintenance,
+        maintenance_skipped,
     }
 }
+
+// ---------------------------------------------------------------------------
+// The report
 
 pub fn kib(bytes: i64) -> String {
     if bytes >= 10 * 1024 * 1024 {
@@ -294,27 +560,54 @@ pub fn report(report: &mut Report, churns: &[ChurnResult], scale: &Scale) {
     report.para(&format!(
         "{} clients for {:.0} s on a backlog of {} jobs ({}). One step: claim one job, then \
          (1 in 4) retry it 1..30 s later, or ack it and enqueue a new one in its place (7 in \
-         10 due at once, the rest 5..60 s ahead), so the live jobs stay at the backlog's count. First and last window: {:.0} s each.",
+         10 due at once, the rest 5..60 s ahead), so the live jobs stay at the backlog's count. \
+         First and last window: {:.0} s each. Buffers per claim: median of three EXPLAIN \
+         (ANALYZE, BUFFERS) runs of the claim path every {:.0} s (before and after: of {}).",
         scale.churn_clients,
         scale.churn_time.as_secs_f64(),
         count(scale.churn_backlog),
         FUTURE_AHEAD.about,
-        scale.churn_window.as_secs_f64()
+        scale.churn_window.as_secs_f64(),
+        scale.churn_sample.as_secs_f64(),
+        scale.explain_runs,
     ));
+    let mut variants = Table::new(&[
+        "variant",
+        "storage parameters on jobs (as the server reports them)",
+        "server settings",
+        "engine maintenance",
+    ]);
+    for c in churns {
+        variants.row(vec![
+            c.variant.name.to_owned(),
+            c.reloptions.clone(),
+            c.variant
+                .server
+                .iter()
+                .map(|(name, value)| format!("{name} = {value}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            c.variant
+                .maintenance
+                .map_or(String::new(), Policy::describe),
+        ]);
+    }
+    report.table(&variants);
     let mut table = Table::new(&[
-        "storage parameters",
+        "variant",
         "jobs / s>",
         "claim p50 first>",
         "p50 last>",
         "last / first>",
         "p99 first>",
         "p99 last>",
-        "buffers / claim before -> after>",
+        "buffers / claim before, median during, max during, after>",
+        "vacuums (auto + engine)>",
+        "engine vacuum p50 / max>",
         "heap before -> after>",
         "indexes before -> after",
-        "dead tuples>",
+        "dead tuples at the end>",
         "HOT updates>",
-        "autovacuums>",
     ]);
     for c in churns {
         let updates = c.after.updates - c.before.updates;
@@ -333,15 +626,35 @@ pub fn report(report: &mut Report, churns: &[ChurnResult], scale: &Scale) {
                 format!("{name} {} -> {}", kib(before), kib(*after))
             })
             .collect();
+        let mut during: Vec<u64> = c.samples.iter().map(|s| s.buffers).collect();
+        during.sort_unstable();
+        let median = during.get(during.len() / 2).copied().unwrap_or(0);
+        let max = during.last().copied().unwrap_or(0);
         table.row(vec![
-            format!("{}: {}", c.variant, c.reloptions),
+            c.variant.name.to_owned(),
             format!("{:.0}", c.jobs_per_s),
             ms(c.first.p50_ms()),
             ms(c.last.p50_ms()),
             times(ratio(c.last.p50_ms(), c.first.p50_ms())),
             ms(c.first.p99_ms()),
             ms(c.last.p99_ms()),
-            format!("{} -> {}", c.buffers.0, c.buffers.1),
+            format!("{}, {median}, {max}, {}", c.buffers.0, c.buffers.1),
+            format!(
+                "{} + {}",
+                c.after.autovacuums - c.before.autovacuums,
+                c.after.vacuums - c.before.vacuums
+            ),
+            if c.maintenance.count() > 0 {
+                format!(
+                    "{} / {} ({} runs, {} skipped)",
+                    ms(c.maintenance.p50_ms()),
+                    ms(c.maintenance.quantile_ms(1.0)),
+                    c.maintenance.count(),
+                    c.maintenance_skipped
+                )
+            } else {
+                String::new()
+            },
             format!(
                 "{} -> {}",
                 kib(c.before.table_bytes),
@@ -357,14 +670,12 @@ pub fn report(report: &mut Report, churns: &[ChurnResult], scale: &Scale) {
             } else {
                 "no updates".to_owned()
             },
-            (c.after.autovacuums - c.before.autovacuums).to_string(),
         ]);
-        let _ = c.all.count();
         let r = ratio(c.last.p50_ms(), c.first.p50_ms());
         report.verdict(
             format!(
                 "churn ({}): last-window claim p50 <= 1.2x first-window",
-                c.variant
+                c.variant.name
             ),
             format!(
                 "{} vs {}: {}",
@@ -376,4 +687,38 @@ pub fn report(report: &mut Report, churns: &[ChurnResult], scale: &Scale) {
         );
     }
     report.table(&table);
+
+    // Over time: buffers per claim, claim p50 in the interval, dead tuples.
+    report.para(&format!(
+        "Over time, every {:.0} s: buffers one claim read / claim p50 in the interval / dead \
+         tuples / vacuums of jobs so far.",
+        scale.churn_sample.as_secs_f64()
+    ));
+    let mut headers = vec!["at>".to_owned()];
+    headers.extend(churns.iter().map(|c| format!("{}>", c.variant.name)));
+    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut series = Table::new(&header_refs);
+    let rows = churns.iter().map(|c| c.samples.len()).max().unwrap_or(0);
+    for k in 0..rows {
+        let at = churns
+            .iter()
+            .find_map(|c| c.samples.get(k))
+            .map_or(0.0, |s| s.at);
+        let mut row = vec![format!("{at:.0} s")];
+        for c in churns {
+            row.push(match c.samples.get(k) {
+                Some(s) => format!(
+                    "{} {:?} / {} / {} / {}",
+                    s.buffers,
+                    s.steps,
+                    ms(c.series.get(k).and_then(Recorder::p50_ms)),
+                    s.dead,
+                    s.vacuums
+                ),
+                None => String::new(),
+            });
+        }
+        series.row(row);
+    }
+    report.table(&series);
 }

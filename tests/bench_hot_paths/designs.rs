@@ -132,50 +132,6 @@ fn claim_params(queue: &str, now: i64, worker: &str, limit: i64) -> Vec<Param> {
     ]
 }
 
-/// A candidate the product does not ship: a batch of jobs of one queue in
-/// one INSERT (`unnest` of the payloads), with the same values the product's
-/// enqueue writes (priority 0, the benchmark's queue options, `ready` as
-/// `run_at <= now`). Measured beside the product's one-statement-per-job
-/// enqueue in the batch-10 loop.
-pub fn candidate_enqueue_many(
-    schema: &SchemaName,
-    queue: &str,
-    payloads: &[Vec<u8>],
-    now: i64,
-) -> Stmt {
-    Stmt::new(
-        format!(
-            "INSERT INTO {schema}.jobs (queue, payload, priority, run_at, expires_at, enqueued_at, \
-             visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s, attempts, \
-             ready) \
-             SELECT $1, p, 0, $2, NULL, $2, 300, 25, 10, 604800, 0, true \
-             FROM unnest($3::bytea[]) AS p RETURNING id"
-        ),
-        vec![
-            Param::Text(queue.to_owned()),
-            Param::Int(now),
-            Param::ByteaArray(payloads.to_vec()),
-        ],
-    )
-}
-
-/// A candidate the product does not ship: ack a batch of claims in one
-/// DELETE, each job only while its claim `(id, worker_id, attempts)` holds,
-/// like the product's ack.
-pub fn candidate_ack_many(schema: &SchemaName, claimed: &[product::Claimed], worker: &str) -> Stmt {
-    Stmt::new(
-        format!(
-            "DELETE FROM {schema}.jobs j USING unnest($1::bigint[], $2::int[]) AS c (id, attempts) \
-             WHERE j.id = c.id AND j.attempts = c.attempts AND j.worker_id = $3"
-        ),
-        vec![
-            Param::Int8Array(claimed.iter().map(|c| c.id).collect()),
-            Param::Int4Array(claimed.iter().map(|c| c.attempts).collect()),
-            Param::Text(worker.to_owned()),
-        ],
-    )
-}
-
 /// A job mix: the share of each kind of job, by id, interleaved.
 #[derive(Debug, Clone, Copy)]
 pub struct Mix {

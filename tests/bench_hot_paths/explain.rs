@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 use tokio_postgres::SimpleQueryMessage;
 
-use crate::pool::{Conn, Param, Stmt, db_error};
+use crate::pool::{Conn, Stmt, db_error};
 
 /// What one execution of a statement (or of a claim path: the sum over its
 /// statements) touched.
@@ -17,6 +17,8 @@ use crate::pool::{Conn, Param, Stmt, db_error};
 pub struct Work {
     /// Shared buffers hit or read by the executor.
     pub buffers: u64,
+    /// The buffers of each statement of the path, in order.
+    pub steps: Vec<u64>,
     /// Rows removed by a filter or an index recheck, over every node.
     pub rows_removed: u64,
     /// Index names the plans used.
@@ -30,6 +32,7 @@ pub struct Work {
 impl Work {
     fn add(&mut self, other: Work) {
         self.buffers += other.buffers;
+        self.steps.push(other.buffers);
         self.rows_removed += other.rows_removed;
         self.rows += other.rows;
         for i in other.indexes {
@@ -64,7 +67,7 @@ impl Explainer {
     pub async fn path(&mut self, stmts: &[Stmt]) -> Result<Work, String> {
         let mut total = Work::default();
         for stmt in stmts {
-            let name = match self.names.get(&stmt.sql) {
+            let name = match self.names.get(stmt.sql()) {
                 Some(name) => name.clone(),
                 None => {
                     let name = format!("bench_explained_{}", self.names.len());
@@ -72,12 +75,12 @@ impl Explainer {
                         .client
                         .batch_execute(&prepare_sql(&name, stmt))
                         .await
-                        .map_err(|e| db_error(&format!("PREPARE {}", stmt.sql), &e))?;
-                    self.names.insert(stmt.sql.clone(), name.clone());
+                        .map_err(|e| db_error(&format!("PREPARE {}", stmt.sql()), &e))?;
+                    self.names.insert(stmt.sql().to_owned(), name.clone());
                     name
                 }
             };
-            let args: Vec<String> = stmt.params.iter().map(Param::literal).collect();
+            let args = stmt.literals();
             let explain = format!(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
                 args.join(", ")
@@ -87,7 +90,7 @@ impl Explainer {
                 .client
                 .simple_query(&explain)
                 .await
-                .map_err(|e| db_error(&format!("EXPLAIN {}", stmt.sql), &e))?;
+                .map_err(|e| db_error(&format!("EXPLAIN {}", stmt.sql()), &e))?;
             let text = rows
                 .iter()
                 .find_map(|m| match m {
@@ -124,11 +127,12 @@ impl Explainer {
 
 /// `PREPARE name [(types)] AS sql`.
 fn prepare_sql(name: &str, stmt: &Stmt) -> String {
-    if stmt.types.is_empty() {
-        format!("PREPARE {name} AS {}", stmt.sql)
+    let types = stmt.types();
+    if types.is_empty() {
+        format!("PREPARE {name} AS {}", stmt.sql())
     } else {
-        let types: Vec<&str> = stmt.types.iter().map(|t| t.name()).collect();
-        format!("PREPARE {name} ({}) AS {}", types.join(", "), stmt.sql)
+        let types: Vec<&str> = types.iter().map(|t| t.name()).collect();
+        format!("PREPARE {name} ({}) AS {}", types.join(", "), stmt.sql())
     }
 }
 

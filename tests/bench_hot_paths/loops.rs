@@ -6,14 +6,17 @@ use std::time::{Duration, Instant};
 use schema_model::SchemaName;
 use tokio_postgres::Client;
 
-use crate::designs::{self, Design, drop_schema};
+use crate::designs::{Design, drop_schema};
 use crate::latency::{Recorder, ms};
 use crate::pgboss;
-use crate::pool::{self, Conn, Limit, Stmt, Worker, db_error};
+use crate::pool::{self, Conn, Limit, Worker, db_error};
 use crate::product;
 use crate::report::{Report, Table};
 use crate::{Scale, progress, ratio, times, unix_now};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::maintenance::{Maintainer, Policy};
 
 pub struct LoopWorker {
     conn: Conn,
@@ -24,9 +27,8 @@ pub struct LoopWorker {
     worker: String,
     n: u64,
     latency: Recorder,
-    /// Enqueue and ack a batch with the candidate batch statements
-    /// (`designs::candidate_*`) instead of one product statement per job.
-    candidate: bool,
+    /// The engine's count of claimed jobs, for its maintenance step.
+    claims: Arc<AtomicU64>,
 }
 
 impl Worker for LoopWorker {
@@ -36,18 +38,9 @@ impl Worker for LoopWorker {
         let payloads: Vec<Vec<u8>> = (0..self.batch)
             .map(|k| format!(r#"{{"client":{},"n":{}}}"#, self.client, self.n + k).into_bytes())
             .collect();
-        let enqueue = if self.candidate {
-            vec![designs::candidate_enqueue_many(
-                &self.schema,
-                &self.queue,
-                &payloads,
-                now,
-            )]
-        } else {
-            product::enqueue(&self.schema, &self.queue, &payloads, now, now)
-        };
+        let enqueue = product::enqueue(&self.schema, &self.queue, &payloads, now, now);
         self.conn
-            .pipeline(&in_transaction(enqueue))
+            .query(&enqueue)
             .await
             .map_err(|e| db_error("enqueue", &e))?;
         let claim = product::claim_path(
@@ -63,18 +56,12 @@ impl Worker for LoopWorker {
             .await
             .map_err(|e| db_error("claim", &e))?;
         let claimed = product::claimed(rows.last().map_or(&[][..], Vec::as_slice))?;
+        self.claims
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
         if !claimed.is_empty() {
-            let ack = if self.candidate {
-                vec![designs::candidate_ack_many(
-                    &self.schema,
-                    &claimed,
-                    &self.worker,
-                )]
-            } else {
-                product::ack(&self.schema, &claimed, &self.worker)
-            };
+            let ack = product::ack(&self.schema, &claimed, &self.worker);
             self.conn
-                .pipeline(&in_transaction(ack))
+                .query(&ack)
                 .await
                 .map_err(|e| db_error("ack", &e))?;
         }
@@ -84,19 +71,6 @@ impl Worker for LoopWorker {
     }
 }
 
-/// Several statements as one transaction (pipelined: one round trip), as an
-/// engine sends a batch; a single statement as it is.
-pub fn in_transaction(stmts: Vec<Stmt>) -> Vec<Stmt> {
-    if stmts.len() < 2 {
-        return stmts;
-    }
-    let mut out = Vec::with_capacity(stmts.len() + 2);
-    out.push(Stmt::new("BEGIN", Vec::new()));
-    out.extend(stmts);
-    out.push(Stmt::new("COMMIT", Vec::new()));
-    out
-}
-
 pub struct LoopResult {
     pub system: &'static str,
     pub clients: usize,
@@ -104,11 +78,11 @@ pub struct LoopResult {
     pub jobs_per_s: f64,
     pub p50: Option<f64>,
     pub p99: Option<f64>,
+    /// alkstore's maintenance runs (`jobs::vacuum`), if it ran any.
+    pub vacuums: Option<Recorder>,
 }
 
 pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
-pub const SYSTEM_CANDIDATE: &str =
-    "alkstore, candidate batch enqueue/ack (not in the product: designs.rs)";
 pub const SYSTEM_PGBOSS_SQL: &str = "pg-boss SQL, same driver (tokio-postgres)";
 pub const SYSTEM_PGBOSS_API: &str = "pg-boss Node API (node-postgres)";
 
@@ -122,6 +96,7 @@ enum Runner {
         system: &'static str,
         schema: SchemaName,
         workers: Vec<LoopWorker>,
+        maintainer: Option<Maintainer>,
     },
     BossSql {
         workers: Vec<pgboss::SqlLoopWorker>,
@@ -140,11 +115,14 @@ struct Totals {
 async fn alkstore_runner(
     admin: &mut Client,
     system: &'static str,
-    candidate: bool,
     clients: usize,
     batch: u64,
 ) -> Runner {
     let schema = Design::Product.create(admin, "bench_loop").await;
+    let maintainer = loop_maintenance().map(|policy| Maintainer::start(&schema, policy));
+    let claims = maintainer
+        .as_ref()
+        .map_or_else(|| Arc::new(AtomicU64::new(0)), Maintainer::claims);
     let mut workers = Vec::new();
     for client in 0..clients {
         workers.push(LoopWorker {
@@ -156,13 +134,24 @@ async fn alkstore_runner(
             worker: format!("bench-worker-{client}"),
             n: 0,
             latency: Recorder::new(),
-            candidate,
+            claims: claims.clone(),
         });
     }
     Runner::Alkstore {
         system,
         schema,
         workers,
+        maintainer,
+    }
+}
+
+/// The engine's maintenance step in the loop, as the statements module docs
+/// tell an engine to run it (`ALKSTORE_BENCH_LOOP_VACUUM=off` leaves it out).
+fn loop_maintenance() -> Option<Policy> {
+    match std::env::var("ALKSTORE_BENCH_LOOP_VACUUM").as_deref() {
+        Ok("off") => None,
+        Ok("") | Err(_) => Some(Policy::EveryClaims(crate::churn::VACUUM_EVERY_CLAIMS)),
+        Ok(other) => panic!("ALKSTORE_BENCH_LOOP_VACUUM must be off or unset, not {other:?}"),
     }
 }
 
@@ -175,17 +164,13 @@ pub async fn run(
 ) -> Vec<LoopResult> {
     let mut out = Vec::new();
     let slice = scale.loop_time / SLICES;
-    for clients in [1usize, 8] {
-        for batch in [1u64, 10] {
+    for &(clients, batch) in &scale.loop_groups {
+        {
             progress(&format!(
                 "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
                 scale.loop_time.as_secs_f64()
             ));
-            let mut runners =
-                vec![alkstore_runner(admin, SYSTEM_OURS, false, clients, batch).await];
-            if batch > 1 {
-                runners.push(alkstore_runner(admin, SYSTEM_CANDIDATE, true, clients, batch).await);
-            }
+            let mut runners = vec![alkstore_runner(admin, SYSTEM_OURS, clients, batch).await];
             if let Some(sql) = boss_sql.clone() {
                 let queue = loop_queue(clients, batch, "sql");
                 let mut workers = Vec::new();
@@ -256,12 +241,21 @@ pub async fn run(
                     jobs_per_s: total.jobs as f64 / total.seconds,
                     p50: latency.p50_ms(),
                     p99: latency.p99_ms(),
+                    vacuums: None,
                 });
                 if let Runner::Alkstore {
-                    schema, workers, ..
+                    schema,
+                    workers,
+                    maintainer,
+                    ..
                 } = runner
                 {
                     drop(workers);
+                    if let Some(maintainer) = maintainer {
+                        let runs = maintainer.stop().await;
+                        out.last_mut().expect("the result was just pushed").vacuums =
+                            Some(runs.durations);
+                    }
                     drop_schema(admin, schema.as_str()).await;
                 }
             }
@@ -311,7 +305,7 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
             format!("{:.0}", l.jobs_per_s),
             ms(l.p50),
             ms(l.p99),
-            if l.system == SYSTEM_OURS || l.system == SYSTEM_CANDIDATE {
+            if l.system == SYSTEM_OURS {
                 String::new()
             } else {
                 times(ratio(ours(l.clients, l.batch), Some(l.jobs_per_s)))
@@ -320,31 +314,15 @@ pub fn report(report: &mut Report, loops: &[LoopResult]) {
     }
     report.table(&table);
     report.para(
-        "One step: enqueue `batch` jobs, claim up to `batch`, ack what was claimed. alkstore \
-         sends a batch of single-job statements as one pipelined transaction, and the claim \
-         path's statements pipelined; pg-boss's SQL is one statement per call, as its API \
-         sends it. Each alkstore run starts on a fresh schema, each pg-boss \
+        "One step: enqueue `batch` jobs, claim up to `batch`, ack what was claimed: three \
+         round trips for every system. alkstore sends the product's statements as an engine \
+         would: `enqueue` and `ack` for one job, `enqueue_many` and `ack_many` for a batch \
+         (one statement each), and the claim path's statements pipelined; pg-boss's SQL is \
+         one statement per call, as its API sends it. Each alkstore run starts on a fresh schema, each pg-boss \
          run on a fresh queue (its own partition). The systems of one row group take turns in \
          four slices of a quarter of the loop time each, so load changes fall on all alike. pg-boss's Node API runs all clients as \
          concurrent loops in one Node process over a pool of as many connections.",
     );
-    for clients in [1usize, 8] {
-        let candidate = loops
-            .iter()
-            .find(|l| l.system == SYSTEM_CANDIDATE && l.clients == clients && l.batch == 10);
-        let boss = loops
-            .iter()
-            .find(|l| l.system == SYSTEM_PGBOSS_SQL && l.clients == clients && l.batch == 10);
-        if let (Some(c), Some(b)) = (candidate, boss) {
-            report.para(&format!(
-                "Batch 10, {clients} client(s): the candidate batch statements run {} of pg-boss's \
-                 SQL through the same driver (the product's one-statement-per-job enqueue and ack: \
-                 {}).",
-                times(ratio(Some(c.jobs_per_s), Some(b.jobs_per_s))),
-                times(ours(clients, 10).and_then(|o| ratio(Some(o), Some(b.jobs_per_s))))
-            ));
-        }
-    }
     for batch in [1u64, 10] {
         let boss = loops
             .iter()

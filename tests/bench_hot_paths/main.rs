@@ -19,6 +19,7 @@
 //! seconds. `ALKSTORE_BENCH_SCALE=tiny|quick|full` picks a scale explicitly;
 //! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_LOOP_SECS`,
 //! `ALKSTORE_BENCH_CHURN_SECS` override parts of it;
+//! `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch) groups;
 //! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named.
 
 mod churn;
@@ -27,6 +28,7 @@ mod designs;
 mod explain;
 mod latency;
 mod loops;
+mod maintenance;
 mod pgboss;
 mod pool;
 mod product;
@@ -59,15 +61,27 @@ pub struct Scale {
     pub explain_warmup: usize,
     pub explain_runs: usize,
     pub loop_time: Duration,
+    /// The loop's (clients, batch) groups (`ALKSTORE_BENCH_LOOPS=8x10,1x1`).
+    pub loop_groups: Vec<(usize, u64)>,
     pub churn_time: Duration,
     pub churn_window: Duration,
     pub churn_backlog: u64,
     pub churn_clients: usize,
+    /// Buffers per claim and the table's state are sampled this often.
+    pub churn_sample: Duration,
+    /// The churn variants compared (`ALKSTORE_BENCH_CHURN_VARIANTS`).
+    pub churn_variants: Vec<String>,
     /// The parts to run (`ALKSTORE_BENCH_ONLY`): all of them unless told.
     pub parts: Vec<&'static str>,
 }
 
 const ALL_PARTS: [&str; 3] = ["claims", "loops", "churn"];
+
+/// The churn variants of a run unless `ALKSTORE_BENCH_CHURN_VARIANTS` names
+/// others. `naptime` and `naptime-unthrottled` change the server's
+/// configuration (`ALTER SYSTEM`, reset after the run), so they run only
+/// when named.
+const DEFAULT_CHURN_VARIANTS: [&str; 3] = ["declared", "vacuum-clock", "vacuum-claims"];
 
 impl Scale {
     fn named(name: &str) -> Self {
@@ -81,10 +95,13 @@ impl Scale {
             explain_warmup: 6,
             explain_runs: 5,
             loop_time: Duration::from_secs(60),
+            loop_groups: vec![(1, 1), (1, 10), (8, 1), (8, 10)],
             churn_time: Duration::from_secs(300),
             churn_window: Duration::from_secs(60),
             churn_backlog: 1_000_000,
             churn_clients: 4,
+            churn_sample: Duration::from_secs(10),
+            churn_variants: DEFAULT_CHURN_VARIANTS.map(str::to_owned).to_vec(),
             parts: ALL_PARTS.to_vec(),
         };
         match name {
@@ -99,6 +116,7 @@ impl Scale {
                 churn_time: Duration::from_secs(30),
                 churn_window: Duration::from_secs(10),
                 churn_backlog: 20_000,
+                churn_sample: Duration::from_secs(5),
                 ..full
             },
             "tiny" => Scale {
@@ -111,10 +129,13 @@ impl Scale {
                 explain_warmup: 1,
                 explain_runs: 1,
                 loop_time: Duration::from_secs(1),
+                loop_groups: full.loop_groups.clone(),
                 churn_time: Duration::from_secs(4),
                 churn_window: Duration::from_secs(1),
                 churn_backlog: 2_000,
                 churn_clients: 2,
+                churn_sample: Duration::from_secs(1),
+                churn_variants: full.churn_variants.clone(),
                 parts: ALL_PARTS.to_vec(),
             },
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
@@ -139,6 +160,31 @@ impl Scale {
         if let Some(secs) = env_secs("ALKSTORE_BENCH_LOOP_SECS") {
             scale.loop_time = secs;
             scale.name.push_str(", loop time overridden");
+        }
+        if let Ok(groups) = std::env::var("ALKSTORE_BENCH_LOOPS") {
+            scale.loop_groups = groups
+                .split(',')
+                .map(|group| {
+                    group
+                        .trim()
+                        .split_once('x')
+                        .and_then(|(c, b)| Some((c.parse().ok()?, b.parse().ok()?)))
+                        .unwrap_or_else(|| {
+                            panic!("ALKSTORE_BENCH_LOOPS: {group:?} is not CLIENTSxBATCH (8x10)")
+                        })
+                })
+                .collect();
+            scale.name.push_str(", loop groups overridden");
+        }
+        if let Ok(variants) = std::env::var("ALKSTORE_BENCH_CHURN_VARIANTS") {
+            scale.churn_variants = variants.split(',').map(|v| v.trim().to_owned()).collect();
+            scale.name.push_str(", churn variants overridden");
+        }
+        if let Ok(backlog) = std::env::var("ALKSTORE_BENCH_CHURN_BACKLOG") {
+            scale.churn_backlog = backlog.parse().unwrap_or_else(|_| {
+                panic!("ALKSTORE_BENCH_CHURN_BACKLOG: {backlog:?} is not a number of jobs")
+            });
+            scale.name.push_str(", churn backlog overridden");
         }
         if let Some(secs) = env_secs("ALKSTORE_BENCH_CHURN_SECS") {
             scale.churn_time = secs;
@@ -170,7 +216,7 @@ impl Scale {
     }
 }
 
-fn env_secs(var: &str) -> Option<Duration> {
+pub fn env_secs(var: &str) -> Option<Duration> {
     let value = std::env::var(var).ok()?;
     let secs: f64 = value
         .parse()

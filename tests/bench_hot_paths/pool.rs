@@ -29,9 +29,12 @@ pub enum Param {
     Bytes(Vec<u8>),
     Json(serde_json::Value),
     Uuids(Vec<Uuid>),
-    ByteaArray(Vec<Vec<u8>>),
-    Int8Array(Vec<i64>),
-    Int4Array(Vec<i32>),
+    /// An array of a product statement's batch, for EXPLAIN only: the
+    /// product's binder binds the real value. `element` is its SQL type.
+    Array {
+        element: &'static str,
+        items: Vec<Param>,
+    },
 }
 
 impl ToSql for Param {
@@ -57,9 +60,9 @@ impl ToSql for Param {
             Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
             Param::Json(v) => v.to_sql_checked(ty, out),
             Param::Uuids(ids) => ids.to_sql_checked(ty, out),
-            Param::ByteaArray(v) => v.to_sql_checked(ty, out),
-            Param::Int8Array(v) => v.to_sql_checked(ty, out),
-            Param::Int4Array(v) => v.to_sql_checked(ty, out),
+            Param::Array { .. } => {
+                Err("a product statement's array is bound by the product's binder".into())
+            }
         }
     }
 
@@ -89,98 +92,110 @@ impl Param {
                 let list: Vec<String> = ids.iter().map(|u| format!("'{u}'")).collect();
                 format!("ARRAY[{}]::uuid[]", list.join(", "))
             }
-            Param::ByteaArray(v) => {
-                let list: Vec<String> = v
-                    .iter()
-                    .map(|b| Param::Bytes(b.clone()).literal())
-                    .collect();
-                format!("ARRAY[{}]::bytea[]", list.join(", "))
+            Param::Array { element, items } => {
+                let list: Vec<String> = items.iter().map(Param::literal).collect();
+                format!("ARRAY[{}]::{element}[]", list.join(", "))
             }
-            Param::Int8Array(v) => format!("'{{{}}}'::bigint[]", join(v)),
-            Param::Int4Array(v) => format!("'{{{}}}'::int[]", join(v)),
         }
     }
-}
 
-fn join<T: ToString>(values: &[T]) -> String {
-    values
-        .iter()
-        .map(T::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+    /// A product statement's bound value, mirrored for EXPLAIN.
+    fn mirror(value: &sea_query::Value) -> Self {
+        use sea_query::{ArrayType, Value};
+        match value {
+            Value::Bool(Some(b)) => Param::Bool(*b),
+            Value::SmallInt(Some(v)) => Param::Int(i64::from(*v)),
+            Value::Int(Some(v)) => Param::Int(i64::from(*v)),
+            Value::BigInt(Some(v)) => Param::Int(*v),
+            Value::Unsigned(Some(v)) => Param::Int(i64::from(*v)),
+            Value::BigUnsigned(Some(v)) => Param::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
+            Value::String(Some(v)) => Param::Text(v.clone()),
+            Value::Bytes(Some(v)) => Param::Bytes(v.clone()),
+            Value::Bool(None)
+            | Value::SmallInt(None)
+            | Value::Int(None)
+            | Value::BigInt(None)
+            | Value::Unsigned(None)
+            | Value::BigUnsigned(None)
+            | Value::String(None)
+            | Value::Bytes(None) => Param::Null,
+            Value::Array(element, Some(items)) => Param::Array {
+                element: match element {
+                    ArrayType::BigInt => "bigint",
+                    ArrayType::Int => "integer",
+                    ArrayType::String => "text",
+                    ArrayType::Bytes => "bytea",
+                    ArrayType::Bool => "boolean",
+                    other => panic!("a product statement binds an array of {other:?}"),
+                },
+                items: items.iter().map(Param::mirror).collect(),
+            },
+            other => {
+                panic!("a product statement binds a value the benchmark cannot show: {other:?}")
+            }
+        }
+    }
 }
 
 /// A statement to run: SQL with `$n` placeholders and its values.
 #[derive(Debug, Clone)]
-pub struct Stmt {
-    pub sql: String,
-    /// The values, also as literals for `EXPLAIN EXECUTE`.
-    pub params: Vec<Param>,
-    /// Parameter types to prepare with; empty: the server infers them.
-    pub types: Vec<Type>,
-    /// A product statement binds its own values, through the product's binder.
-    product: Option<schema_gen::statements::Statement>,
+pub enum Stmt {
+    /// A product statement, bound by the product's binder, as it is.
+    Product(schema_gen::statements::Statement),
+    /// SQL the benchmark sends for the peer and the rejected designs; the
+    /// server infers its parameters' types.
+    Raw { sql: String, params: Vec<Param> },
 }
 
 impl Stmt {
     pub fn new(sql: impl Into<String>, params: Vec<Param>) -> Self {
-        Self {
+        Stmt::Raw {
             sql: sql.into(),
             params,
-            types: Vec::new(),
-            product: None,
+        }
+    }
+
+    pub fn sql(&self) -> &str {
+        match self {
+            Stmt::Product(statement) => statement.sql(),
+            Stmt::Raw { sql, .. } => sql,
+        }
+    }
+
+    /// Parameter types to prepare with; empty: the server infers them.
+    pub fn types(&self) -> Vec<Type> {
+        match self {
+            Stmt::Product(statement) => statement.param_types(),
+            Stmt::Raw { .. } => Vec::new(),
         }
     }
 
     pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
-        match &self.product {
-            Some(statement) => statement.args(),
-            None => self
-                .params
+        match self {
+            Stmt::Product(statement) => statement.args(),
+            Stmt::Raw { params, .. } => params.iter().map(|p| p as &(dyn ToSql + Sync)).collect(),
+        }
+    }
+
+    /// The values as SQL literals, for `EXPLAIN EXECUTE` (a product
+    /// statement's are mirrored from its binder's values only here, so the
+    /// timed runs pay nothing for it).
+    pub fn literals(&self) -> Vec<String> {
+        match self {
+            Stmt::Product(statement) => statement
+                .values()
+                .0
                 .iter()
-                .map(|p| p as &(dyn ToSql + Sync))
+                .map(|value| Param::mirror(&value.0).literal())
                 .collect(),
+            Stmt::Raw { params, .. } => params.iter().map(Param::literal).collect(),
         }
     }
 }
 
 impl From<schema_gen::statements::Statement> for Stmt {
-    /// The product's statement as it is: its SQL, its parameter types, its
-    /// values bound by its binder (and mirrored as [`Param`]s for EXPLAIN).
     fn from(statement: schema_gen::statements::Statement) -> Self {
-        use sea_query::Value;
-        let params = statement
-            .values()
-            .0
-            .iter()
-            .map(|value| match &value.0 {
-                Value::Bool(Some(b)) => Param::Bool(*b),
-                Value::SmallInt(Some(v)) => Param::Int(i64::from(*v)),
-                Value::Int(Some(v)) => Param::Int(i64::from(*v)),
-                Value::BigInt(Some(v)) => Param::Int(*v),
-                Value::Unsigned(Some(v)) => Param::Int(i64::from(*v)),
-                Value::BigUnsigned(Some(v)) => Param::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
-                Value::String(Some(v)) => Param::Text(v.clone()),
-                Value::Bytes(Some(v)) => Param::Bytes(v.clone()),
-                Value::Bool(None)
-                | Value::SmallInt(None)
-                | Value::Int(None)
-                | Value::BigInt(None)
-                | Value::Unsigned(None)
-                | Value::BigUnsigned(None)
-                | Value::String(None)
-                | Value::Bytes(None) => Param::Null,
-                other => {
-                    panic!("a product statement binds a value the benchmark cannot show: {other:?}")
-                }
-            })
-            .collect();
-        Self {
-            sql: statement.sql().to_owned(),
-            params,
-            types: statement.param_types(),
-            product: Some(statement),
-        }
+        Stmt::Product(statement)
     }
 }
 
@@ -201,11 +216,11 @@ impl Conn {
     }
 
     async fn prepared(&mut self, stmt: &Stmt) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(p) = self.prepared.get(&stmt.sql) {
+        if let Some(p) = self.prepared.get(stmt.sql()) {
             return Ok(p.clone());
         }
-        let p = self.client.prepare_typed(&stmt.sql, &stmt.types).await?;
-        self.prepared.insert(stmt.sql.clone(), p.clone());
+        let p = self.client.prepare_typed(stmt.sql(), &stmt.types()).await?;
+        self.prepared.insert(stmt.sql().to_owned(), p.clone());
         Ok(p)
     }
 

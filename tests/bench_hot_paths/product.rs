@@ -73,30 +73,33 @@ fn opts() -> QueueOpts {
     }
 }
 
-/// Enqueues `payloads`, one job each, due at `run_at`: one statement per job.
+/// Enqueues `payloads`, one job each, due at `run_at`, as an engine sends
+/// them: one job with [`jobs::enqueue`], a batch with [`jobs::enqueue_many`]
+/// (one statement whatever its size).
 pub fn enqueue(
     schema: &SchemaName,
     queue: &str,
     payloads: &[Vec<u8>],
     run_at: i64,
     now: i64,
-) -> Vec<Stmt> {
-    payloads
+) -> Stmt {
+    let batch: Vec<Job> = payloads
         .iter()
-        .map(|payload| {
-            let job = Job {
-                queue: queue.to_owned(),
-                payload: payload.clone(),
-                priority: 0,
-                run_at,
-                expires_at: None,
-                enqueued_at: now,
-                opts: opts(),
-                ..Job::default()
-            };
-            Stmt::from(jobs::enqueue(schema, &job, now))
+        .map(|payload| Job {
+            queue: queue.to_owned(),
+            payload: payload.clone(),
+            priority: 0,
+            run_at,
+            expires_at: None,
+            enqueued_at: now,
+            opts: opts(),
+            ..Job::default()
         })
-        .collect()
+        .collect();
+    match batch.as_slice() {
+        [job] => Stmt::from(jobs::enqueue(schema, job, now)),
+        _ => Stmt::from(jobs::enqueue_many(schema, &batch, now)),
+    }
 }
 
 /// A claimed job: what ack and retry need to name its claim.
@@ -118,12 +121,16 @@ pub fn claimed(rows: &[tokio_postgres::Row]) -> Result<Vec<Claimed>, String> {
         .collect()
 }
 
-/// Acknowledges the claimed jobs: one statement per job.
-pub fn ack(schema: &SchemaName, claimed: &[Claimed], worker: &str) -> Vec<Stmt> {
-    claimed
-        .iter()
-        .map(|job| Stmt::from(jobs::ack(schema, job.id, worker, job.attempts)))
-        .collect()
+/// Acknowledges the claimed jobs, as an engine does: one job with
+/// [`jobs::ack`], several with [`jobs::ack_many`] (one statement).
+pub fn ack(schema: &SchemaName, claimed: &[Claimed], worker: &str) -> Stmt {
+    match claimed {
+        [job] => Stmt::from(jobs::ack(schema, job.id, worker, job.attempts)),
+        _ => {
+            let claims: Vec<(i64, i32)> = claimed.iter().map(|c| (c.id, c.attempts)).collect();
+            Stmt::from(jobs::ack_many(schema, worker, &claims))
+        }
+    }
 }
 
 /// Releases the claim on `job` for another attempt at `run_at`.
@@ -134,8 +141,8 @@ pub fn retry(
     run_at: i64,
     error: &str,
     now: i64,
-) -> Vec<Stmt> {
-    vec![Stmt::from(jobs::retry(
+) -> Stmt {
+    Stmt::from(jobs::retry(
         schema,
         job.id,
         worker,
@@ -143,7 +150,7 @@ pub fn retry(
         run_at,
         Some(error),
         now,
-    ))]
+    ))
 }
 
 /// Storage parameters the product declares on `jobs` (reloptions form).

@@ -16,8 +16,8 @@ pub mod tls;
 pub mod wire;
 
 pub use pg::{
-    ClusterSetup, DATABASE_URL_ENV, LocalCluster, PG_BIN_ENV, SKIP_ENV, connect, connect_as,
-    connect_url, create_database, database_url, describe_error, exec, psql, psql_script,
-    psql_with_url, rows, server_version_num, skip_db_tests, start_cluster, unique_name,
-    unique_schema, unique_schema_name, url_for, url_for_role,
+    ClusterSetup, DATABASE_URL_ENV, LocalCluster, Notices, PG_BIN_ENV, SKIP_ENV, connect,
+    connect_as, connect_url, connect_with_notices, create_database, database_url, describe_error,
+    exec, psql, psql_script, psql_with_url, rows, server_version_num, skip_db_tests, start_cluster,
+    unique_name, unique_schema, unique_schema_name, url_for, url_for_role,
 };

@@ -180,6 +180,58 @@ pub async fn connect_url(url: &str) -> Client {
     client
 }
 
+/// The server's notices (`WARNING`, `NOTICE`, ...) on a connection opened by
+/// [`connect_with_notices`], in the order they came.
+#[derive(Clone, Default)]
+pub struct Notices(std::sync::Arc<Mutex<Vec<tokio_postgres::error::DbError>>>);
+
+impl Notices {
+    /// The notices received so far, removed from the list.
+    pub fn take(&self) -> Vec<tokio_postgres::error::DbError> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Opens a connection to the test database that keeps the server's notices
+/// (e.g. VACUUM's `skipping ... lock not available` warning), which
+/// [`connect`] drops.
+///
+/// # Panics
+///
+/// If the connection fails.
+pub async fn connect_with_notices() -> (Client, Notices) {
+    let url = database_url();
+    let (client, mut connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "connecting to the test PostgreSQL server at `{}` failed: {}",
+                redact(&url),
+                describe_error(&e)
+            )
+        });
+    let notices = Notices::default();
+    let kept = notices.clone();
+    tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => kept
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(notice),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    eprintln!("test PostgreSQL connection closed with an error: {e}");
+                    break;
+                }
+                None => break,
+            }
+        }
+    });
+    (client, notices)
+}
+
 /// Creates a fresh, empty database named `name` (from `template0`, so nothing
 /// added to `template1` leaks in) and returns a superuser URL for it.
 ///

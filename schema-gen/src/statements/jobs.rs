@@ -2,8 +2,8 @@
 //! (ack, retry, kill) and the sweeps (reap, reap_exhausted, expire).
 
 use sea_query::{
-    Alias, CommonTableExpression, DeleteStatement, Expr, ExprTrait, LockBehavior, LockType, Order,
-    Query, ReturningClause, WithClause, WithQuery,
+    Alias, CommonTableExpression, DeleteStatement, Expr, ExprTrait, IdenStatic, LockBehavior,
+    LockType, Order, Query, ReturningClause, WithClause, WithQuery,
 };
 use strum::IntoEnumIterator;
 
@@ -742,4 +742,47 @@ pub fn expire(schema: &SchemaName, now: i64, limit: u32) -> Statement {
         let died_at = b.now(now);
         bury(schema, delete, Expr::Constant(EXPIRED.into()), died_at)
     })
+}
+
+/// Vacuum: removes the dead row versions and index entries that claims,
+/// promotions, acks and retries leave in `jobs`, so a claim does not read
+/// past them (see the module docs of [`statements`](super), "Churn").
+///
+/// `SKIP_LOCKED`: when another session holds or waits for a lock that
+/// conflicts (DDL, another vacuum), the table is skipped at once with a
+/// warning, never queued behind it. `INDEX_CLEANUP ON`: the dead index
+/// entries are removed on every run, even when few heap pages hold dead
+/// rows (PostgreSQL 14+ would otherwise skip the indexes). `TRUNCATE
+/// FALSE`: never takes the `ACCESS EXCLUSIVE` lock that returning empty
+/// pages at the end of the table needs (autovacuum still does that).
+///
+/// Run it outside a transaction block (VACUUM refuses one), as the owner of
+/// `jobs` (or a superuser; the database owner up to PostgreSQL 16; a role
+/// with the `MAINTAIN` privilege from 17): for any other role PostgreSQL
+/// skips the table with a warning and does nothing.
+///
+/// ```
+/// use schema_gen::statements::jobs;
+/// use schema_model::SchemaName;
+///
+/// let s = jobs::vacuum(&SchemaName::default());
+/// assert_eq!(
+///     s.sql(),
+///     r#"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) "alkstore"."jobs""#
+/// );
+/// assert!(s.params().is_empty());
+/// ```
+pub fn vacuum(schema: &SchemaName) -> Statement {
+    // sea-query has no VACUUM builder: the text is written here, with the
+    // names quoted by the same function the DDL uses.
+    Statement {
+        name: "vacuum",
+        sql: format!(
+            "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}.{}",
+            crate::render::quote_ident(schema.as_str()),
+            crate::render::quote_ident(Jobs::TABLE.as_str()),
+        ),
+        params: Vec::new(),
+        values: sea_query_postgres::PostgresValues(Vec::new()),
+    }
 }
