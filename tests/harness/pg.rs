@@ -40,7 +40,8 @@ use std::sync::{Mutex, Once, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::config::{Host, SslMode};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::{Client, Config, NoTls, Socket};
 
 /// Environment variable naming an external PostgreSQL server to test against
 /// (a superuser URL, key/value or `postgres://` form).
@@ -163,7 +164,18 @@ pub async fn connect_as(role: &str, password: &str) -> Client {
 ///
 /// If the connection fails; the message shows the URL without its password.
 pub async fn connect_url(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
+    let (client, connection) = open(url).await;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            eprintln!("test PostgreSQL connection closed with an error: {e}");
+        }
+    });
+    client
+}
+
+/// Connects to `url` without TLS; the caller drives the connection.
+async fn open(url: &str) -> (Client, tokio_postgres::Connection<Socket, NoTlsStream>) {
+    tokio_postgres::connect(url, NoTls)
         .await
         .unwrap_or_else(|e| {
             panic!(
@@ -171,13 +183,7 @@ pub async fn connect_url(url: &str) -> Client {
                 redact(url),
                 describe_error(&e)
             )
-        });
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            eprintln!("test PostgreSQL connection closed with an error: {e}");
-        }
-    });
-    client
+        })
 }
 
 /// The server's notices (`WARNING`, `NOTICE`, ...) on a connection opened by
@@ -200,16 +206,7 @@ impl Notices {
 ///
 /// If the connection fails.
 pub async fn connect_with_notices() -> (Client, Notices) {
-    let url = database_url();
-    let (client, mut connection) = tokio_postgres::connect(&url, NoTls)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "connecting to the test PostgreSQL server at `{}` failed: {}",
-                redact(&url),
-                describe_error(&e)
-            )
-        });
+    let (client, mut connection) = open(&database_url()).await;
     let notices = Notices::default();
     let kept = notices.clone();
     tokio::spawn(async move {
