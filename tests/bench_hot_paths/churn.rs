@@ -59,19 +59,13 @@ pub const VACUUM_EVERY: Duration = Duration::from_secs(1);
 /// Claims between two runs of the claim-driven maintenance variant.
 pub const VACUUM_EVERY_CLAIMS: u64 = 2_000;
 
+/// The `autovacuum_naptime` of the naptime variants (the server's default is
+/// 1 min).
+const NAPTIME: &str = "1s";
+
 /// Every variant the churn run knows, by name.
 pub fn variants() -> Vec<Variant> {
     let declared = product::declared_storage();
-    let every = crate::env_secs("ALKSTORE_BENCH_VACUUM_EVERY").unwrap_or(VACUUM_EVERY);
-    let every_claims = std::env::var("ALKSTORE_BENCH_VACUUM_EVERY_CLAIMS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(VACUUM_EVERY_CLAIMS);
-    let naptime = match std::env::var("ALKSTORE_BENCH_NAPTIME").as_deref() {
-        Ok("5s") => "5s",
-        Ok("10s") => "10s",
-        _ => "1s",
-    };
     let mut unthrottled = declared.clone();
     unthrottled.push("autovacuum_vacuum_cost_delay=0".to_owned());
     vec![
@@ -90,26 +84,26 @@ pub fn variants() -> Vec<Variant> {
         Variant {
             name: "naptime",
             reloptions: declared.clone(),
-            server: vec![("autovacuum_naptime", naptime)],
+            server: vec![("autovacuum_naptime", NAPTIME)],
             maintenance: None,
         },
         Variant {
             name: "naptime-unthrottled",
             reloptions: unthrottled,
-            server: vec![("autovacuum_naptime", naptime)],
+            server: vec![("autovacuum_naptime", NAPTIME)],
             maintenance: None,
         },
         Variant {
             name: "vacuum-clock",
             reloptions: declared.clone(),
             server: Vec::new(),
-            maintenance: Some(Policy::Every(every)),
+            maintenance: Some(Policy::Every(VACUUM_EVERY)),
         },
         Variant {
             name: "vacuum-claims",
             reloptions: declared,
             server: Vec::new(),
-            maintenance: Some(Policy::EveryClaims(every_claims)),
+            maintenance: Some(Policy::EveryClaims(VACUUM_EVERY_CLAIMS)),
         },
     ]
 }

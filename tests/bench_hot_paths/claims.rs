@@ -329,18 +329,7 @@ pub fn claims_report(report: &mut Report, claims: &[ClaimResult], small: u64, la
         product::LABEL,
         product::claim_path_names().join(" -> ")
     ));
-    let mut table = Table::new(&[
-        "mix",
-        "jobs>",
-        "buffers / claim>",
-        "rows removed>",
-        "indexes",
-        "1 client p50>",
-        "p99>",
-        "8 clients p50>",
-        "p99>",
-        "claims (1 / 8)>",
-    ]);
+    let mut table = claim_table("mix");
     for mix in [NORMAL, FUTURE_AHEAD, MOSTLY_CLAIMED] {
         for c in claim_rows(claims, Design::Product, &mix) {
             table.row(claim_cells(c, true));
@@ -393,6 +382,23 @@ pub fn claims_report(report: &mut Report, claims: &[ClaimResult], small: u64, la
 /// between 10k and 1M rows.
 pub const FLAT_BUFFERS: i64 = 10;
 
+/// The table [`claim_cells`] fills: its first column is `first` (the mix, or
+/// the design).
+fn claim_table(first: &str) -> Table {
+    Table::new(&[
+        first,
+        "jobs>",
+        "buffers / claim>",
+        "rows removed>",
+        "indexes",
+        "1 client p50>",
+        "p99>",
+        "8 clients p50>",
+        "p99>",
+        "claims (1 / 8)>",
+    ])
+}
+
 pub fn claim_cells(c: &ClaimResult, with_mix: bool) -> Vec<String> {
     let mut cells = vec![
         if with_mix {
@@ -435,18 +441,7 @@ pub fn design_report(
 ) {
     report.heading(&format!("Design comparison: {}", FUTURE_AHEAD.name));
     report.para(&format!("Mix: {}.", FUTURE_AHEAD.about));
-    let mut table = Table::new(&[
-        "design",
-        "jobs>",
-        "buffers / claim>",
-        "rows removed>",
-        "indexes",
-        "1 client p50>",
-        "p99>",
-        "8 clients p50>",
-        "p99>",
-        "claims (1 / 8)>",
-    ]);
+    let mut table = claim_table("design");
     for design in [Design::Base, Design::SkipScan, Design::Product] {
         for c in claim_rows(claims, design, &FUTURE_AHEAD) {
             table.row(claim_cells(c, false));

@@ -1,6 +1,8 @@
 //! The enqueue -> claim -> ack loop: alkstore's product statements, pg-boss's
 //! SQL through the same driver, and pg-boss's Node API.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use schema_model::SchemaName;
@@ -8,15 +10,12 @@ use tokio_postgres::Client;
 
 use crate::designs::{Design, drop_schema};
 use crate::latency::{Recorder, ms};
+use crate::maintenance::{Maintainer, Policy};
 use crate::pgboss;
 use crate::pool::{self, Conn, Limit, Worker, db_error};
 use crate::product;
 use crate::report::{Report, Table};
 use crate::{Scale, progress, ratio, times, unix_now};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use crate::maintenance::{Maintainer, Policy};
 
 pub struct LoopWorker {
     conn: Conn,
@@ -78,8 +77,6 @@ pub struct LoopResult {
     pub jobs_per_s: f64,
     pub p50: Option<f64>,
     pub p99: Option<f64>,
-    /// alkstore's maintenance runs (`jobs::vacuum`), if it ran any.
-    pub vacuums: Option<Recorder>,
 }
 
 pub const SYSTEM_OURS: &str = "alkstore (product statements, tokio-postgres)";
@@ -93,7 +90,6 @@ const SLICES: u32 = 4;
 /// One system's loop, kept across slices.
 enum Runner {
     Alkstore {
-        system: &'static str,
         schema: SchemaName,
         workers: Vec<LoopWorker>,
         maintainer: Option<Maintainer>,
@@ -112,12 +108,7 @@ struct Totals {
     seconds: f64,
 }
 
-async fn alkstore_runner(
-    admin: &mut Client,
-    system: &'static str,
-    clients: usize,
-    batch: u64,
-) -> Runner {
+async fn alkstore_runner(admin: &mut Client, clients: usize, batch: u64) -> Runner {
     let schema = Design::Product.create(admin, "bench_loop").await;
     let maintainer = loop_maintenance().map(|policy| Maintainer::start(&schema, policy));
     let claims = maintainer
@@ -138,11 +129,19 @@ async fn alkstore_runner(
         });
     }
     Runner::Alkstore {
-        system,
         schema,
         workers,
         maintainer,
     }
+}
+
+/// One slice of a pool's loop: its workers run for `time`, then wait for the
+/// next slice.
+async fn run_slice<W: Worker>(workers: &mut Vec<W>, time: Duration, total: &mut Totals) {
+    let run = pool::run(std::mem::take(workers), Limit::time(time)).await;
+    total.jobs += run.jobs;
+    total.seconds += run.elapsed.as_secs_f64();
+    *workers = run.workers;
 }
 
 /// The engine's maintenance step in the loop, as the statements module docs
@@ -165,99 +164,84 @@ pub async fn run(
     let mut out = Vec::new();
     let slice = scale.loop_time / SLICES;
     for &(clients, batch) in &scale.loop_groups {
-        {
-            progress(&format!(
-                "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
-                scale.loop_time.as_secs_f64()
-            ));
-            let mut runners = vec![alkstore_runner(admin, SYSTEM_OURS, clients, batch).await];
-            if let Some(sql) = boss_sql.clone() {
-                let queue = loop_queue(clients, batch, "sql");
-                let mut workers = Vec::new();
-                for client in 0..clients {
-                    workers
-                        .push(pgboss::SqlLoopWorker::new(sql.clone(), &queue, batch, client).await);
-                }
-                runners.push(Runner::BossSql { workers });
+        progress(&format!(
+            "loop: {clients} client(s), batch {batch}: every system {:.0} s, in {SLICES} turns",
+            scale.loop_time.as_secs_f64()
+        ));
+        let mut runners = vec![alkstore_runner(admin, clients, batch).await];
+        if let Some(sql) = boss_sql.clone() {
+            let queue = loop_queue(clients, batch, "sql");
+            let mut workers = Vec::new();
+            for client in 0..clients {
+                workers.push(pgboss::SqlLoopWorker::new(sql.clone(), &queue, batch, client).await);
             }
-            if boss.is_some() {
-                runners.push(Runner::BossApi {
-                    queue: loop_queue(clients, batch, "api"),
-                    latency: Recorder::new(),
-                });
-            }
-            let mut totals: Vec<Totals> = runners
-                .iter()
-                .map(|_| Totals {
-                    jobs: 0,
-                    seconds: 0.0,
-                })
-                .collect();
-            for _ in 0..SLICES {
-                for (runner, total) in runners.iter_mut().zip(totals.iter_mut()) {
-                    match runner {
-                        Runner::Alkstore { workers, .. } => {
-                            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
-                            total.jobs += run.jobs;
-                            total.seconds += run.elapsed.as_secs_f64();
-                            *workers = run.workers;
-                        }
-                        Runner::BossSql { workers } => {
-                            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
-                            total.jobs += run.jobs;
-                            total.seconds += run.elapsed.as_secs_f64();
-                            *workers = run.workers;
-                        }
-                        Runner::BossApi { queue, latency } => {
-                            let boss =
-                                boss.expect("a Node API runner only when pg-boss is installed");
-                            let api = boss
-                                .api_loop(boss_schema, queue, clients, batch, slice)
-                                .await
-                                .unwrap_or_else(|e| panic!("{e}"));
-                            total.jobs += api.jobs;
-                            total.seconds += api.seconds;
-                            for micros in api.latencies_us {
-                                latency.record(Duration::from_secs_f64(micros / 1e6));
-                            }
+            runners.push(Runner::BossSql { workers });
+        }
+        if boss.is_some() {
+            runners.push(Runner::BossApi {
+                queue: loop_queue(clients, batch, "api"),
+                latency: Recorder::new(),
+            });
+        }
+        let mut totals: Vec<Totals> = runners
+            .iter()
+            .map(|_| Totals {
+                jobs: 0,
+                seconds: 0.0,
+            })
+            .collect();
+        for _ in 0..SLICES {
+            for (runner, total) in runners.iter_mut().zip(totals.iter_mut()) {
+                match runner {
+                    Runner::Alkstore { workers, .. } => {
+                        run_slice(workers, slice, total).await;
+                    }
+                    Runner::BossSql { workers } => run_slice(workers, slice, total).await,
+                    Runner::BossApi { queue, latency } => {
+                        let boss = boss.expect("a Node API runner only when pg-boss is installed");
+                        let api = boss
+                            .api_loop(boss_schema, queue, clients, batch, slice)
+                            .await
+                            .unwrap_or_else(|e| panic!("{e}"));
+                        total.jobs += api.jobs;
+                        total.seconds += api.seconds;
+                        for micros in api.latencies_us {
+                            latency.record(Duration::from_secs_f64(micros / 1e6));
                         }
                     }
                 }
             }
-            for (runner, total) in runners.into_iter().zip(totals) {
-                let (system, latency) = match &runner {
-                    Runner::Alkstore {
-                        system, workers, ..
-                    } => (*system, Recorder::merged(workers, |w| &w.latency)),
-                    Runner::BossSql { workers } => {
-                        (SYSTEM_PGBOSS_SQL, Recorder::merged(workers, |w| &w.latency))
-                    }
-                    Runner::BossApi { latency, .. } => (SYSTEM_PGBOSS_API, latency.clone()),
-                };
-                out.push(LoopResult {
-                    system,
-                    clients,
-                    batch,
-                    jobs_per_s: total.jobs as f64 / total.seconds,
-                    p50: latency.p50_ms(),
-                    p99: latency.p99_ms(),
-                    vacuums: None,
-                });
-                if let Runner::Alkstore {
-                    schema,
-                    workers,
-                    maintainer,
-                    ..
-                } = runner
-                {
-                    drop(workers);
-                    if let Some(maintainer) = maintainer {
-                        let runs = maintainer.stop().await;
-                        out.last_mut().expect("the result was just pushed").vacuums =
-                            Some(runs.durations);
-                    }
-                    drop_schema(admin, schema.as_str()).await;
+        }
+        for (runner, total) in runners.into_iter().zip(totals) {
+            let (system, latency) = match &runner {
+                Runner::Alkstore { workers, .. } => {
+                    (SYSTEM_OURS, Recorder::merged(workers, |w| &w.latency))
                 }
+                Runner::BossSql { workers } => {
+                    (SYSTEM_PGBOSS_SQL, Recorder::merged(workers, |w| &w.latency))
+                }
+                Runner::BossApi { latency, .. } => (SYSTEM_PGBOSS_API, latency.clone()),
+            };
+            out.push(LoopResult {
+                system,
+                clients,
+                batch,
+                jobs_per_s: total.jobs as f64 / total.seconds,
+                p50: latency.p50_ms(),
+                p99: latency.p99_ms(),
+            });
+            if let Runner::Alkstore {
+                schema,
+                workers,
+                maintainer,
+                ..
+            } = runner
+            {
+                drop(workers);
+                if let Some(maintainer) = maintainer {
+                    maintainer.stop().await;
+                }
+                drop_schema(admin, schema.as_str()).await;
             }
         }
     }
@@ -268,13 +252,12 @@ pub fn loop_queue(clients: usize, batch: u64, how: &str) -> String {
     format!("loop_{how}_c{clients}_b{batch}")
 }
 
-pub fn queues() -> Vec<String> {
+/// pg-boss's queues for the run's (clients, batch) groups.
+pub fn queues(groups: &[(usize, u64)]) -> Vec<String> {
     let mut queues = Vec::new();
-    for clients in [1usize, 8] {
-        for batch in [1u64, 10] {
-            for how in ["sql", "api"] {
-                queues.push(loop_queue(clients, batch, how));
-            }
+    for &(clients, batch) in groups {
+        for how in ["sql", "api"] {
+            queues.push(loop_queue(clients, batch, how));
         }
     }
     queues

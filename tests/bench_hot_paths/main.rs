@@ -20,7 +20,12 @@
 //! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_LOOP_SECS`,
 //! `ALKSTORE_BENCH_CHURN_SECS` override parts of it;
 //! `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch) groups;
-//! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named.
+//! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named;
+//! `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime` picks the churn variants
+//! (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG` the churn's backlog;
+//! `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's maintenance step out
+//! of the loop; `ALKSTORE_BENCH_PGBOSS=skip` leaves pg-boss out (local runs
+//! only).
 
 mod churn;
 mod claims;
@@ -129,14 +134,12 @@ impl Scale {
                 explain_warmup: 1,
                 explain_runs: 1,
                 loop_time: Duration::from_secs(1),
-                loop_groups: full.loop_groups.clone(),
                 churn_time: Duration::from_secs(4),
                 churn_window: Duration::from_secs(1),
                 churn_backlog: 2_000,
                 churn_clients: 2,
                 churn_sample: Duration::from_secs(1),
-                churn_variants: full.churn_variants.clone(),
-                parts: ALL_PARTS.to_vec(),
+                ..full
             },
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
         }
@@ -208,10 +211,6 @@ impl Scale {
                 .name
                 .push_str(&format!(", only {}", scale.parts.join(" and ")));
         }
-        assert!(
-            !scale.sizes.is_empty(),
-            "ALKSTORE_BENCH_SIZES names no size"
-        );
         scale
     }
 }
@@ -240,6 +239,15 @@ fn main() {
 
 // ---------------------------------------------------------------------------
 // Helpers
+
+/// The workspace's `target/` (not `CARGO_TARGET_DIR`): where pg-boss is
+/// installed and the report written.
+pub fn workspace_target() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits inside the workspace")
+        .join("target")
+}
 
 pub fn unix_now() -> i64 {
     SystemTime::now()
@@ -326,7 +334,7 @@ async fn run(scale: Scale) {
         ));
         let installed = pgboss::install().unwrap_or_else(|e| panic!("pg-boss: {e}"));
         installed
-            .setup(&boss_schema, &loops::queues())
+            .setup(&boss_schema, &loops::queues(&scale.loop_groups))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let sql = installed

@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use crate::latency::Recorder;
 use crate::pool::{Conn, Param, Stmt, Worker, db_error};
+use crate::workspace_target;
 
 /// The newest pg-boss whose `engines.node` accepts Node 20 (11.x needs 22).
 pub const PGBOSS_VERSION: &str = "10.4.2";
@@ -137,13 +138,6 @@ pub struct ApiLoop {
     pub seconds: f64,
     /// Every step's latency, in microseconds.
     pub latencies_us: Vec<f64>,
-}
-
-fn workspace_target() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits inside the workspace")
-        .join("target")
 }
 
 fn tool_version(tool: &str) -> Result<String, String> {
@@ -395,12 +389,13 @@ impl Worker for SqlLoopWorker {
             .map(|r| r.try_get("id"))
             .collect::<Result<_, _>>()
             .map_err(|e| format!("pg-boss fetch returned no uuid id: {e}"))?;
+        let fetched = ids.len() as u64;
         if !ids.is_empty() {
             let complete = Stmt::new(
                 &self.sql.complete,
                 vec![
                     Param::Text(self.queue.clone()),
-                    Param::Uuids(ids.clone()),
+                    Param::Uuids(ids),
                     Param::Null,
                 ],
             );
@@ -411,6 +406,6 @@ impl Worker for SqlLoopWorker {
         }
         self.latency.record(started.elapsed());
         self.n += self.batch;
-        Ok(ids.len() as u64)
+        Ok(fetched)
     }
 }

@@ -3,7 +3,6 @@
 //! verdicts.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 /// A markdown table.
 pub struct Table {
@@ -104,9 +103,7 @@ impl Report {
     pub fn finish(&self, title: &str) {
         let text = self.render(title);
         println!("\n{text}");
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target")
-            .join("bench-hot-paths.md");
+        let path = crate::workspace_target().join("bench-hot-paths.md");
         match std::fs::write(&path, &text) {
             Ok(()) => eprintln!("report written to {}", path.display()),
             Err(e) => eprintln!("could not write {}: {e}", path.display()),
