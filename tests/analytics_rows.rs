@@ -7,7 +7,8 @@
 //!   both ways, and each field's type fits its column's ClickHouse type.
 //! - The publisher's `AttemptEvent` differs from the row by the one rename.
 //! - `shape` does that rename, keeps absences null and names what it refuses.
-//! - `DatabaseName` accepts exactly the names its rules allow.
+//! - `DatabaseName` accepts exactly the names its rules allow (its case table
+//!   is the unit test in `schema_model::analytics::database_name`).
 
 use std::collections::BTreeSet;
 
@@ -266,45 +267,6 @@ fn oracle_accepts(name: &str) -> bool {
             "_temporary_and_external_tables",
         ]
         .contains(&name)
-}
-
-#[test]
-fn database_name_cases() {
-    assert_eq!(DatabaseName::default().as_str(), "relay_analytics");
-    for (name, rule) in [
-        ("", DatabaseNameRule::Empty),
-        ("Relay", DatabaseNameRule::BadFirstCharacter { found: 'R' }),
-        (
-            "relay_Analytics",
-            DatabaseNameRule::BadCharacter { found: 'A', at: 6 },
-        ),
-        (
-            "relay`x",
-            DatabaseNameRule::BadCharacter { found: '`', at: 5 },
-        ),
-        (
-            "relay x",
-            DatabaseNameRule::BadCharacter { found: ' ', at: 5 },
-        ),
-        ("system", DatabaseNameRule::Reserved(ReservedDatabase)),
-        ("default", DatabaseNameRule::Reserved(ReservedDatabase)),
-        (
-            "information_schema",
-            DatabaseNameRule::Reserved(ReservedDatabase),
-        ),
-        (
-            "INFORMATION_SCHEMA",
-            DatabaseNameRule::Reserved(ReservedDatabase),
-        ),
-    ] {
-        let err = DatabaseName::new(name).expect_err(name);
-        assert_eq!(err.rule, rule, "{name:?}");
-        assert!(
-            err.to_string()
-                .starts_with(&format!("database name {name:?} is refused: "))
-        );
-    }
-    assert_eq!(RESERVED_DATABASE_NAMES.len(), 4);
 }
 
 proptest! {

@@ -9,6 +9,10 @@
 //! is physically kept and collapsed under `FINAL`; a renamed key is refused
 //! (Code 117); an absent `ts` is refused by the `ts_is_real` constraint
 //! (Code 469).
+//!
+//! And the harness keeps its promise: an engine that cannot run fails the
+//! test with the set-up step, and the skip opt-out skips loudly and is
+//! refused under CI (each checked in a child process of this binary).
 
 use harness::clickhouse::{
     self, Step, StepResult, an_hour_ago_millis, code_of, iso_utc, json_lines, renamed,
@@ -325,4 +329,90 @@ fn a_failing_step_stops_the_run_unless_expected() {
         }
     );
     assert_eq!(code_of(&results[1]), Some(81), "{:?}", results[1]); // UNKNOWN_DATABASE
+}
+
+// ---------------------------------------------------------------------------
+// The harness itself: a missing engine fails the test, naming the set-up step
+
+/// What the tests above do first, run only in a child process by the tests
+/// below (this binary, filtered to this test, with the environment they give it).
+#[test]
+#[ignore = "run in a child process by the missing-engine tests below"]
+fn child_that_asks_the_engine_for_one_row() {
+    if clickhouse::skip_requested() {
+        return;
+    }
+    clickhouse::run_checked(&[Step::new("SELECT 1")]);
+}
+
+/// Runs [`child_that_asks_the_engine_for_one_row`] in this test binary with
+/// `env` set (and the skip and CI variables unset unless `env` sets them);
+/// returns whether it passed and what it wrote.
+fn run_child(env: &[(&str, &str)]) -> (bool, String) {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args([
+            "--exact",
+            "child_that_asks_the_engine_for_one_row",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env_remove(clickhouse::SKIP_ENV)
+        .env_remove("CI");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().expect("the test binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 passed") || text.contains("1 failed"),
+        "the child did not run its one test:\n{text}"
+    );
+    (out.status.success(), text)
+}
+
+const NO_PYTHON: &str = "/nonexistent/alkstore/python";
+
+#[test]
+fn an_engine_that_cannot_run_fails_the_test_naming_the_set_up_step() {
+    let (passed, text) = run_child(&[(clickhouse::PYTHON_ENV, NO_PYTHON)]);
+    assert!(!passed, "a missing engine must fail, not skip:\n{text}");
+    assert!(
+        text.contains(&format!(
+            "{}={NO_PYTHON} cannot run chdb",
+            clickhouse::PYTHON_ENV
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "Set-up: python3 -m venv target/chdb-venv && target/chdb-venv/bin/pip install {}",
+            clickhouse::CHDB_REQUIREMENT
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_skip_opt_out_skips_loudly_and_is_refused_under_ci() {
+    let skip = (clickhouse::SKIP_ENV, "1");
+    let no_engine = (clickhouse::PYTHON_ENV, NO_PYTHON);
+
+    let (passed, text) = run_child(&[skip, no_engine]);
+    assert!(passed, "{text}");
+    assert!(text.contains("SKIPPING a ClickHouse engine test"), "{text}");
+
+    let (passed, text) = run_child(&[skip, no_engine, ("CI", "true")]);
+    assert!(!passed, "CI must never skip:\n{text}");
+    assert!(
+        text.contains(&format!(
+            "{}=1 is for local runs only and is refused when CI is set",
+            clickhouse::SKIP_ENV
+        )),
+        "{text}"
+    );
 }

@@ -276,15 +276,26 @@ pub trait TableModel: Iden + IdenStatic + IntoEnumIterator + Copy + Eq + Debug +
 
     /// Every column variant with its definition, in declaration order.
     fn columns() -> Vec<(Self, Column<Self>)> {
-        Self::iter()
-            .filter_map(|variant| variant.column().map(|column| (variant, column)))
-            .collect()
+        declared_columns(Self::column)
     }
 
     /// The table's name.
     fn table_name() -> String {
         Self::TABLE.to_string()
     }
+}
+
+/// Every variant of the table enum `T` that `column` defines, with its
+/// definition, in declaration order (the `Table` variant defines none): the
+/// one walk of an `Iden` enum behind both dialects' `columns()`, this
+/// family's [`TableModel`] and the analytics family's
+/// [`ClickHouseTable`](crate::ClickHouseTable).
+pub(crate) fn declared_columns<T: IntoEnumIterator + Copy, D>(
+    column: fn(T) -> Option<D>,
+) -> Vec<(T, D)> {
+    T::iter()
+        .filter_map(|variant| column(variant).map(|definition| (variant, definition)))
+        .collect()
 }
 
 /// Visits every table of a family with its static type, so that rendering,

@@ -94,8 +94,20 @@ mod tests {
         DatabaseName::new(name).err().map(|e| e.rule)
     }
 
+    /// Refuses `name` for `expected`, with a message that names it.
+    fn assert_refused(name: &str, expected: DatabaseNameRule) {
+        let err = DatabaseName::new(name).expect_err(name);
+        assert_eq!(err.rule, expected, "{name:?}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("database name {name:?} is refused: ")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn database_names_follow_the_schema_name_syntax() {
+        assert_eq!(DatabaseName::default().as_str(), "relay_analytics");
         assert_eq!(rule("relay_analytics"), None);
         assert_eq!(rule("_x9"), None);
         assert_eq!(rule(&"a".repeat(63)), None);
@@ -130,9 +142,17 @@ mod tests {
                 "relayX",
                 DatabaseNameRule::BadCharacter { found: 'X', at: 5 },
             ),
+            (
+                "relay_Analytics",
+                DatabaseNameRule::BadCharacter { found: 'A', at: 6 },
+            ),
+            (
+                "relay x",
+                DatabaseNameRule::BadCharacter { found: ' ', at: 5 },
+            ),
         ];
         for (name, expected) in cases {
-            assert_eq!(rule(name), Some(expected), "{name:?}");
+            assert_refused(name, expected);
         }
         assert_eq!(
             DatabaseName::new(&"a".repeat(64)).unwrap_err().to_string(),
@@ -158,12 +178,9 @@ mod tests {
             "INFORMATION_SCHEMA",
             "_temporary_and_external_tables",
         ] {
-            assert_eq!(
-                rule(name),
-                Some(DatabaseNameRule::Reserved(ReservedDatabase)),
-                "{name:?}"
-            );
+            assert_refused(name, DatabaseNameRule::Reserved(ReservedDatabase));
         }
+        assert_eq!(RESERVED_DATABASE_NAMES.len(), 4);
         let err = DatabaseName::new("system").unwrap_err();
         assert!(err.to_string().contains("ClickHouse owns"), "{err}");
         assert_eq!("x".parse::<DatabaseName>().unwrap().as_str(), "x");

@@ -197,9 +197,7 @@ pub trait ClickHouseTable: Iden + IntoEnumIterator + Copy + Eq + Debug + 'static
 
     /// Every column variant with its definition, in declaration order.
     fn columns() -> Vec<(Self, ClickHouseColumn)> {
-        Self::iter()
-            .filter_map(|variant| variant.column().map(|column| (variant, column)))
-            .collect()
+        crate::table::declared_columns(Self::column)
     }
 
     /// The table's name.
