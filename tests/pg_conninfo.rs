@@ -10,12 +10,12 @@
 //! (TLS off, trust). The table of outcomes is printed (`--nocapture`).
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use harness::tls::{
-    ADMIN, ADMIN_PASSWORD, CERT_USER, PLAIN_PASSWORD, PLAIN_USER, tls_server, url_encode,
+    ADMIN, ADMIN_PASSWORD, CERT_USER, PLAIN_PASSWORD, PLAIN_USER, kv_quote, pgpass_escape,
+    tls_server, url_encode, write_file,
 };
 use schema_gen::connect::{ConnectOptions, Environment};
 
@@ -100,18 +100,11 @@ fn home(name: &str) -> PathBuf {
     dir
 }
 
-fn write(path: &Path, contents: &str, mode: u32) {
-    std::fs::write(path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-}
-
-fn pgpass_escape(text: &str) -> String {
-    text.replace('\\', "\\\\").replace(':', "\\:")
-}
-
-fn kv_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+/// A home directory whose `~/.pgpass` holds `contents`, with mode `mode`.
+fn home_with_pgpass(name: &str, contents: &str, mode: u32) -> PathBuf {
+    let dir = home(name);
+    write_file(&dir.join(".pgpass"), contents, mode);
+    dir
 }
 
 #[test]
@@ -127,9 +120,8 @@ fn connection_rules_agree_with_psql() {
     let shared = harness::database_url();
 
     let empty = home("empty");
-    let with_pgpass = home("pgpass");
-    write(
-        &with_pgpass.join(".pgpass"),
+    let with_pgpass = home_with_pgpass(
+        "pgpass",
         &format!(
             "# first match wins\nnowhere:*:*:*:nope\nlocalhost:{port}:*:{ADMIN}:{}\n\
              127.0.0.1:*:postgres:{ADMIN}:{}\n127.0.0.1:*:{ADMIN}:{ADMIN}:{}\n\
@@ -145,27 +137,24 @@ fn connection_rules_agree_with_psql() {
         "# a section the tests do not use\n[other]\nhost=nowhere.invalid\n\n[tls]\nhost=localhost\n\
          port={port}\nuser={ADMIN}\ndbname=postgres\nsslmode=verify-full\nsslrootcert={ca}\n"
     );
-    write(&with_pgpass.join(".pg_service.conf"), &services, 0o644);
+    write_file(&with_pgpass.join(".pg_service.conf"), &services, 0o644);
     let named_services = server.scratch_dir().join("conninfo-services.conf");
-    write(&named_services, &services, 0o644);
-    let open_pgpass = home("open-pgpass");
-    write(
-        &open_pgpass.join(".pgpass"),
+    write_file(&named_services, &services, 0o644);
+    let open_pgpass = home_with_pgpass(
+        "open-pgpass",
         &format!("*:*:*:*:{}\n", pgpass_escape(ADMIN_PASSWORD)),
         0o644,
     );
-    let wrong_first = home("wrong-first");
-    write(
-        &wrong_first.join(".pgpass"),
+    let wrong_first = home_with_pgpass(
+        "wrong-first",
         &format!(
             "*:*:*:{ADMIN}:wrong\n*:*:*:{ADMIN}:{}\n",
             pgpass_escape(ADMIN_PASSWORD)
         ),
         0o600,
     );
-    let star_inside = home("star-inside");
-    write(
-        &star_inside.join(".pgpass"),
+    let star_inside = home_with_pgpass(
+        "star-inside",
         &format!(
             "local\\host:{}*:*:{ADMIN}:{}\n",
             &port[..port.len() - 1],
@@ -174,7 +163,7 @@ fn connection_rules_agree_with_psql() {
         0o600,
     );
     let named_pgpass = server.scratch_dir().join("conninfo-named-pgpass");
-    write(
+    write_file(
         &named_pgpass,
         &format!(
             "localhost:{port}:postgres:{ADMIN}:{}\n",

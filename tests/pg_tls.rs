@@ -12,7 +12,8 @@ use std::process::ExitCode;
 
 use harness::cli::{Ran, run_in};
 use harness::tls::{
-    ADMIN, ADMIN_PASSWORD, CERT_USER, PLAIN_PASSWORD, PLAIN_USER, tls_server, url_encode,
+    ADMIN, ADMIN_PASSWORD, CERT_USER, PLAIN_PASSWORD, PLAIN_USER, kv_quote, pgpass_escape,
+    tls_server, url_encode, write_file,
 };
 use schema_gen::connect::{ConnectOptions, Environment, PasswordSource};
 
@@ -53,11 +54,6 @@ fn assert_no_password(text: &str) {
     }
 }
 
-/// A value for the key/value form: quoted, `'` and `\` escaped.
-fn kv_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
 fn assert_failed(ran: &Ran, needle: &str) {
     assert_eq!(ran.code, ExitCode::from(2), "{ran:?}");
     assert_eq!(ran.stdout, "", "{ran:?}");
@@ -89,6 +85,18 @@ fn assert_matches(ran: &Ran, schema: &str) {
     assert_eq!(ran.stderr, "");
 }
 
+/// `check --database-url URL --schema SCHEMA` in a bare environment finds
+/// the schema matching the model.
+fn assert_check_matches(url: &str, schema: &str) {
+    assert_matches(
+        &run_in(
+            &["check", "--database-url", url, "--schema", schema],
+            &bare_env(),
+        ),
+        schema,
+    );
+}
+
 #[test]
 fn check_works_with_sslmode_require() {
     if harness::skip_db_tests() {
@@ -96,13 +104,7 @@ fn check_works_with_sslmode_require() {
     }
     let raw = applied_schema("tls_require");
     let url = admin_url("localhost", "sslmode=require");
-    assert_matches(
-        &run_in(
-            &["check", "--database-url", &url, "--schema", &raw],
-            &bare_env(),
-        ),
-        &raw,
-    );
+    assert_check_matches(&url, &raw);
 }
 
 #[test]
@@ -120,28 +122,19 @@ fn check_works_with_verify_full_and_sslrootcert() {
                 url_encode(&ca.display().to_string())
             ),
         );
-        assert_matches(
-            &run_in(
-                &["check", "--database-url", &url, "--schema", &raw],
-                &bare_env(),
-            ),
-            &raw,
-        );
+        assert_check_matches(&url, &raw);
     }
 }
 
 /// A password file holding `password` for `ADMIN` on the TLS server.
 fn password_file(path: &Path, mode: u32) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt as _;
-    let escaped = ADMIN_PASSWORD.replace('\\', "\\\\").replace(':', "\\:");
     let contents = format!(
         "# hosts the tests do not use come first\nelsewhere:*:*:*:wrong\n\
-         localhost:{}:*:{ADMIN}:{escaped}\n",
-        tls_server().port()
+         localhost:{}:*:{ADMIN}:{}\n",
+        tls_server().port(),
+        pgpass_escape(ADMIN_PASSWORD)
     );
-    std::fs::write(path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    write_file(path, &contents, mode);
     path.to_owned()
 }
 
@@ -244,13 +237,7 @@ fn verify_full_refuses_a_host_name_the_certificate_does_not_carry() {
         "db.example.invalid",
         &format!("hostaddr=127.0.0.1&sslmode=verify-ca&sslrootcert={ca}"),
     );
-    assert_matches(
-        &run_in(
-            &["check", "--database-url", &url, "--schema", &raw],
-            &bare_env(),
-        ),
-        &raw,
-    );
+    assert_check_matches(&url, &raw);
 }
 
 #[test]
@@ -292,21 +279,26 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
 }
 
+/// Connects through the library and returns the one value `sql` selects.
+fn query_value<T: tokio_postgres::types::FromSqlOwned>(options: &ConnectOptions, sql: &str) -> T {
+    runtime().block_on(async {
+        let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
+        client
+            .query_one(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get::<_, T>(0)
+    })
+}
+
 /// Connects through the library and reports whether the session is on TLS.
 fn session_uses_tls(conninfo: &str) -> bool {
     let options = ConnectOptions::resolve(conninfo, &bare_env())
         .unwrap_or_else(|e| panic!("{conninfo}: {e}"));
-    runtime().block_on(async {
-        let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
-        client
-            .query_one(
-                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-                &[],
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .get::<_, bool>(0)
-    })
+    query_value(
+        &options,
+        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    )
 }
 
 #[test]
@@ -391,13 +383,7 @@ fn a_client_certificate_logs_in_where_the_server_wants_one() {
         server.client_cert_file().display(),
         server.client_key_file().display()
     );
-    assert_matches(
-        &run_in(
-            &["check", "--database-url", &with_cert, "--schema", &raw],
-            &bare_env(),
-        ),
-        &raw,
-    );
+    assert_check_matches(&with_cert, &raw);
     let ran = run_in(&["check", "--database-url", &base], &bare_env());
     assert_failed(&ran, "certificate");
 
@@ -430,13 +416,7 @@ fn channel_binding_require_is_met_over_tls() {
     }
     let raw = applied_schema("tls_channel_binding");
     let url = admin_url("localhost", "sslmode=require&channel_binding=require");
-    assert_matches(
-        &run_in(
-            &["check", "--database-url", &url, "--schema", &raw],
-            &bare_env(),
-        ),
-        &raw,
-    );
+    assert_check_matches(&url, &raw);
 }
 
 #[test]
@@ -454,13 +434,7 @@ fn the_first_reachable_host_of_several_is_used() {
         url_encode(ADMIN_PASSWORD),
         tls_server().port()
     );
-    assert_matches(
-        &run_in(
-            &["check", "--database-url", &url, "--schema", &raw],
-            &bare_env(),
-        ),
-        &raw,
-    );
+    assert_check_matches(&url, &raw);
     // When none answers, each host's failure is listed.
     let url = format!(
         "postgres://{ADMIN}:{}@127.0.0.1:{unused},localhost:{unused}/postgres?sslmode=require",
@@ -481,14 +455,7 @@ fn application_name_falls_back_unless_the_string_or_pgappname_sets_it() {
     let name_of = |conninfo: &str, env: &Environment| -> String {
         let mut options = ConnectOptions::resolve(conninfo, env).unwrap_or_else(|e| panic!("{e}"));
         options.fallback_application_name("schema-gen");
-        runtime().block_on(async {
-            let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
-            client
-                .query_one("SELECT current_setting('application_name')", &[])
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-                .get::<_, String>(0)
-        })
+        query_value(&options, "SELECT current_setting('application_name')")
     };
     let url = harness::database_url();
     assert_eq!(name_of(&url, &bare_env()), "schema-gen");
@@ -518,17 +485,10 @@ fn the_tls_protocol_versions_follow_ssl_min_and_max_protocol_version() {
         );
         let options =
             ConnectOptions::resolve(&conninfo, &bare_env()).unwrap_or_else(|e| panic!("{e}"));
-        runtime().block_on(async {
-            let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
-            client
-                .query_one(
-                    "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-                    &[],
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-                .get::<_, String>(0)
-        })
+        query_value(
+            &options,
+            "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        )
     };
     assert_eq!(version_of(""), "TLSv1.3");
     assert_eq!(version_of("ssl_max_protocol_version=TLSv1.2"), "TLSv1.2");

@@ -21,7 +21,7 @@
 //! One cluster per test process, started on first use, stopped and removed
 //! when the process exits (the watchdog of [`crate::pg`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
 
@@ -138,6 +138,29 @@ pub fn url_encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// Quotes a value for libpq's key/value form: `'...'` with `'` and `\`
+/// escaped.
+pub fn kv_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Escapes a field of the password file: `\` and `:` take a backslash.
+pub fn pgpass_escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace(':', "\\:")
+}
+
+/// Writes `contents` to `path` with permission bits `mode`.
+///
+/// # Panics
+///
+/// If either step fails; the message names the file.
+pub fn write_file(path: &Path, contents: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 fn start() -> Result<TlsServer, String> {

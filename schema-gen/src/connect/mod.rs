@@ -239,6 +239,16 @@ enum Host {
     Socket(PathBuf),
 }
 
+impl fmt::Display for Target {
+    /// `host:port`, or `socket DIR (port N)`; never the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            Host::Socket(_) => write!(f, "{} (port {})", self.host, self.port),
+            host => write!(f, "{host}:{}", self.port),
+        }
+    }
+}
+
 impl fmt::Display for Host {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -603,14 +613,7 @@ impl ConnectOptions {
 
     /// `host:port/db as user` for every host, never the password.
     pub fn describe(&self) -> String {
-        let hosts: Vec<String> = self
-            .targets
-            .iter()
-            .map(|t| match &t.host {
-                Host::Socket(dir) => format!("{} (port {})", Host::Socket(dir.clone()), t.port),
-                host => format!("{host}:{}", t.port),
-            })
-            .collect();
+        let hosts: Vec<String> = self.targets.iter().map(Target::to_string).collect();
         format!("{}/{} as {}", hosts.join(","), self.dbname, self.user)
     }
 
@@ -700,12 +703,8 @@ impl ConnectOptions {
     }
 
     fn describe_target(&self, target: &Target) -> String {
-        let host = match &target.host {
-            Host::Socket(dir) => format!("{} (port {})", Host::Socket(dir.clone()), target.port),
-            host => format!("{host}:{}", target.port),
-        };
         format!(
-            "{host}/{} as {} (sslmode={})",
+            "{target}/{} as {} (sslmode={})",
             self.dbname,
             self.user,
             self.tls.mode.as_str()
@@ -1381,6 +1380,42 @@ mod tests {
                 .contains("has no private key file: give sslkey"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_default_bound_covers_the_whole_attempt_unless_connect_timeout_is_set() {
+        // The kernel completes the TCP handshake for the listen backlog;
+        // nobody ever answers the startup message.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        // The error within `wait`, or None if the attempt was still waiting.
+        let outcome = |setting: &str, wait: Duration| -> Option<String> {
+            let mut options = resolve(
+                &format!("host=127.0.0.1 port={port} user=u sslmode=disable {setting}"),
+                &env(),
+            );
+            options.default_connect_timeout(Duration::from_secs(1));
+            runtime
+                .block_on(async { tokio::time::timeout(wait, options.connect()).await })
+                .ok()
+                .map(|connected| connected.map(|_| ()).unwrap_err().to_string())
+        };
+        let err = outcome("", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("still waiting after 10 s: the default bound is lost"));
+        assert!(
+            err.contains("no answer within 1 s (connect_timeout)"),
+            "{err}"
+        );
+        // connect_timeout wins over the default, as does 0 (wait forever).
+        let err = outcome("connect_timeout=2", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("still waiting after 10 s: connect_timeout is lost"));
+        assert!(
+            err.contains("no answer within 2 s (connect_timeout)"),
+            "{err}"
+        );
+        assert_eq!(outcome("connect_timeout=0", Duration::from_secs(3)), None);
+        drop(silent);
     }
 
     #[test]

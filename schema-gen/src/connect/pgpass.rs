@@ -219,6 +219,15 @@ mod tests {
     }
 
     #[test]
+    fn a_password_file_that_is_not_a_plain_file_is_ignored() {
+        let dir = std::env::temp_dir();
+        let Lookup::Ignored(reason) = lookup(&dir, "db", 5432, "app", "bob") else {
+            panic!("a directory was read as the password file");
+        };
+        assert!(reason.contains("is not a plain file"), "{reason}");
+    }
+
+    #[test]
     fn a_missing_file_or_short_line_finds_nothing() {
         assert_eq!(
             lookup(Path::new("/nonexistent/pgpass"), "db", 5432, "app", "bob"),
