@@ -45,6 +45,31 @@ fn usage_errors_exit_2_with_one_line() {
 }
 
 #[test]
+fn a_lock_timeout_of_zero_is_refused_before_any_connection() {
+    // PostgreSQL reads a zero lock_timeout as "wait forever": refused at
+    // parse time, for both commands, with no server to connect to.
+    for command in ["check", "apply"] {
+        for zero in ["0s", "0ms", "500us"] {
+            assert_usage_error(
+                &[command, "--lock-timeout", zero],
+                "it must be at least 1ms (0 would mean: wait forever)",
+            );
+        }
+        // Without a unit it is no duration at all.
+        for unreadable in ["0", "soon"] {
+            assert_usage_error(
+                &[command, "--lock-timeout", unreadable],
+                &format!("invalid value '{unreadable}' for '--lock-timeout <DURATION>'"),
+            );
+            assert_usage_error(
+                &[command, "--lock-timeout", unreadable],
+                "(write e.g. 300ms, 5s or 1m)",
+            );
+        }
+    }
+}
+
+#[test]
 fn help_shows_examples_on_stdout() {
     let out = run(&["--help"]);
     assert_eq!(out.code, ExitCode::SUCCESS);

@@ -4,14 +4,10 @@
 
 use std::process::ExitCode;
 
-use harness::cli::run as cli;
+use harness::cli::{run as cli, runtime};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
 }
 
 #[test]

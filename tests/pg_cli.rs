@@ -11,14 +11,9 @@
 use std::net::TcpListener;
 use std::process::ExitCode;
 
-use harness::cli::run as cli;
+use harness::cli::{run as cli, runtime};
 use schema_gen::{Outcome, bootstrap};
 use schema_model::SchemaName;
-use tokio::runtime::Runtime;
-
-fn runtime() -> Runtime {
-    Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
-}
 
 /// A URL on which nothing listens: a port the OS just handed out and took back.
 fn unreachable_url() -> String {

@@ -10,20 +10,27 @@ use harness::exec;
 use schema_gen::render::{self, SCHEMA_DOC};
 use schema_gen::{Difference, ErrorKind, Outcome, bootstrap, verify};
 use schema_model::{SchemaName, TableModel as _};
+use tokio_postgres::Client;
 
 fn texts(differences: &[Difference]) -> Vec<String> {
     differences.iter().map(ToString::to_string).collect()
 }
 
-/// Bootstraps a fresh schema, applies `drift` (`{s}` is the schema), then
-/// checks that verify reports exactly `expected` and that bootstrap refuses
-/// with the same list and leaves the catalog as it was.
-async fn drift_case(prefix: &str, drift: &str, expected: &[&str]) {
+/// Bootstraps a fresh schema and applies `drift` to it (`{s}` is the
+/// schema): the client, the schema's name as text and as a [`SchemaName`].
+async fn drifted(prefix: &str, drift: &str) -> (Client, String, SchemaName) {
     let mut client = harness::connect().await;
     let raw = harness::unique_schema(prefix);
     let schema = SchemaName::new(&raw).unwrap();
     assert!(bootstrap(&mut client, &schema).await.unwrap().created());
     exec(&client, &drift.replace("{s}", &raw)).await;
+    (client, raw, schema)
+}
+
+/// [`drifted`], then checks that verify reports exactly `expected` and that
+/// bootstrap refuses with the same list and leaves the catalog as it was.
+async fn drift_case(prefix: &str, drift: &str, expected: &[&str]) {
+    let (mut client, raw, schema) = drifted(prefix, drift).await;
 
     let expected: Vec<String> = expected.iter().map(|e| e.replace("{s}", &raw)).collect();
     let differences = verify(&client, &schema).await.unwrap();
@@ -204,16 +211,10 @@ async fn comment_drift_is_reported_not_refused_and_the_script_refreshes_it() {
     if harness::skip_db_tests() {
         return;
     }
-    let mut client = harness::connect().await;
-    let raw = harness::unique_schema("drift_doc");
-    let schema = SchemaName::new(&raw).unwrap();
-    assert!(bootstrap(&mut client, &schema).await.unwrap().created());
-    exec(
-        &client,
-        &format!(
-            "COMMENT ON COLUMN {raw}.jobs.queue IS 'old words';
-             COMMENT ON SCHEMA {raw} IS NULL;"
-        ),
+    let (mut client, raw, schema) = drifted(
+        "drift_doc",
+        "COMMENT ON COLUMN {s}.jobs.queue IS 'old words';
+         COMMENT ON SCHEMA {s} IS NULL;",
     )
     .await;
     let expected = [

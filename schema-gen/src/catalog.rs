@@ -383,6 +383,11 @@ pub struct LiveSequence {
 }
 
 impl LiveCatalog {
+    /// The relation named `name`, if the schema has one.
+    pub fn relation(&self, name: &str) -> Option<&LiveRelation> {
+        self.relations.iter().find(|r| r.name == name)
+    }
+
     /// The identity sequence of `table.column`, if the schema has it.
     pub fn identity_sequence(&self, table: &str, column: &str) -> Option<&LiveSequence> {
         self.relations
@@ -517,13 +522,6 @@ impl LivePolicy {
     }
 }
 
-impl LiveCatalog {
-    /// The relation named `name`, if the schema has one.
-    pub fn relation(&self, name: &str) -> Option<&LiveRelation> {
-        self.relations.iter().find(|r| r.name == name)
-    }
-}
-
 /// Reads the live catalog of `schema` in one round trip, bounded by
 /// `options` (see the module docs). Outside any transaction: the bounds are
 /// `SET LOCAL` in the simple query's own implicit transaction.
@@ -584,11 +582,7 @@ fn read_step(schema: &SchemaName, options: &Options, in_transaction: bool) -> St
 }
 
 fn decode(messages: Vec<SimpleQueryMessage>, schema: &SchemaName) -> Result<LiveCatalog, Error> {
-    let text = messages.iter().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0),
-        _ => None,
-    });
-    match text {
+    match first_text(&messages) {
         Some(text) => parse(text, schema),
         None => Err(ErrorKind::Other {
             message: format!(
@@ -598,6 +592,14 @@ fn decode(messages: Vec<SimpleQueryMessage>, schema: &SchemaName) -> Result<Live
         }
         .into()),
     }
+}
+
+/// The first column of the first row of a simple query's reply.
+fn first_text(messages: &[SimpleQueryMessage]) -> Option<&str> {
+    messages.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    })
 }
 
 fn parse(text: &str, schema: &SchemaName) -> Result<LiveCatalog, Error> {
@@ -626,11 +628,7 @@ pub(crate) async fn explain(client: &Client, err: Error) -> Error {
     let Ok(messages) = client.simple_query(&probe).await else {
         return err;
     };
-    let holders = messages.iter().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0),
-        _ => None,
-    });
-    match holders.map(serde_json::from_str::<Vec<LockHolder>>) {
+    match first_text(&messages).map(serde_json::from_str::<Vec<LockHolder>>) {
         Some(Ok(holders)) => err.with_lock_holders(holders),
         _ => err,
     }

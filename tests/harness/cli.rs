@@ -17,6 +17,16 @@ pub struct Ran {
     pub stderr: String,
 }
 
+/// A multi-threaded runtime for a plain `#[test]`'s own set-up (connecting,
+/// seeding) around [`run`], which must not be nested in a runtime.
+///
+/// # Panics
+///
+/// When the runtime cannot be built.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
+}
+
 /// Runs `schema-gen ARGS...` in-process, in an environment without
 /// `DATABASE_URL`, `PG*` variables or a home directory (so neither the
 /// machine's `~/.pgpass` nor its `PGHOST` can change the outcome).

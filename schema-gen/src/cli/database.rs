@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use schema_model::SchemaName;
 
-use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name};
+use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name, write_out};
 use crate::connect::Environment;
 use crate::error::{self, ErrorKind};
 use crate::verify::{Difference, verify_with};
@@ -172,23 +172,4 @@ fn refused(
     let text = report::differences_text(schema, differences, VERDICT);
     let _ = write!(stderr, "schema-gen: {text}");
     ExitCode::from(EXIT_DRIFT)
-}
-
-fn write_out(
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
-    text: &str,
-    code: ExitCode,
-) -> ExitCode {
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => code,
-        Err(err) => {
-            // Not 1: that would read as drift.
-            let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
-            ExitCode::from(EXIT_USAGE)
-        }
-    }
 }

@@ -188,18 +188,30 @@ fn print(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     match result {
-        Ok(output) => match stdout
-            .write_all(output.as_bytes())
-            .and_then(|()| stdout.flush())
-        {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
-                ExitCode::from(EXIT_USAGE)
-            }
-        },
+        Ok(output) => write_out(stdout, stderr, &output, ExitCode::SUCCESS),
         Err(message) => {
             let _ = writeln!(stderr, "schema-gen: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Writes `text` to `stdout` and returns `code`, or, when it cannot be
+/// written (a full disk, a closed pipe), says so on `stderr` and returns
+/// [`EXIT_USAGE`]: not [`EXIT_DRIFT`], which would read as drift.
+fn write_out(
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    text: &str,
+    code: ExitCode,
+) -> ExitCode {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => code,
+        Err(err) => {
+            let _ = writeln!(stderr, "schema-gen: cannot write output: {err}");
             ExitCode::from(EXIT_USAGE)
         }
     }
