@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use harness::cli::{Ran, run_in};
+use harness::cli::{Ran, run_in, runtime};
 use harness::tls::{
     ADMIN, ADMIN_PASSWORD, CERT_USER, PLAIN_PASSWORD, PLAIN_USER, kv_quote, pgpass_escape,
     tls_server, url_encode, write_file,
@@ -273,10 +273,6 @@ fn verification_refuses_a_certificate_from_another_ca() {
         &env,
     );
     assert_failed(&ran, "root.crt");
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("tokio runtime: {e}"))
 }
 
 /// Connects through the library and returns the one value `sql` selects.

@@ -110,16 +110,16 @@ impl CountingProxy {
         let parsed = Config::from_str(url).unwrap_or_else(|e| panic!("proxy: bad URL: {e}"));
         let mut out = format!("host=127.0.0.1 port={}", self.addr.port());
         if let Some(user) = parsed.get_user() {
-            out.push_str(&format!(" user={}", quote(user)));
+            out.push_str(&format!(" user={}", crate::tls::kv_quote(user)));
         }
         if let Some(password) = parsed.get_password() {
             out.push_str(&format!(
                 " password={}",
-                quote(&String::from_utf8_lossy(password))
+                crate::tls::kv_quote(&String::from_utf8_lossy(password))
             ));
         }
         if let Some(dbname) = parsed.get_dbname() {
-            out.push_str(&format!(" dbname={}", quote(dbname)));
+            out.push_str(&format!(" dbname={}", crate::tls::kv_quote(dbname)));
         }
         out
     }
@@ -225,9 +225,4 @@ fn record(seen: &Seen, text_and_rest: &[u8]) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(text);
-}
-
-/// Quotes a key/value connection-string value (libpq rules).
-fn quote(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
 }
