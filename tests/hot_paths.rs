@@ -13,9 +13,11 @@
 //! yet promoted, and an idle queue holding only not-yet-due jobs (whose poll
 //! must cost what a poll of an empty queue costs).
 //!
-//! The other tests show the semantics the statements promise: a gap-free
-//! stream reader does not skip an id that commits late, lock fences only
-//! grow, the checkpoint only moves forward.
+//! A test shows the plan checks reject a sort of either kind (`Sort`,
+//! `Incremental Sort`), on the claim with its index replaced. The other
+//! test shows a semantic the statements promise: a gap-free stream reader
+//! does not skip an id that commits late (the rest are in
+//! `tests/statements.rs`).
 
 use std::collections::BTreeMap;
 
@@ -167,11 +169,9 @@ async fn churn(client: &Client, schema: &SchemaName) {
         assert!(!claimed.is_empty(), "the churned queue ran dry");
         for row in claimed {
             let job = Job::from_row(&row).unwrap_or_else(|e| panic!("{e}"));
+            let ack = jobs::ack(schema, job.id, "churner", job.attempts);
             let acked = client
-                .execute(
-                    jobs::ack(schema, job.id, "churner", job.attempts).sql(),
-                    &jobs::ack(schema, job.id, "churner", job.attempts).args(),
-                )
+                .execute(ack.sql(), &ack.args())
                 .await
                 .unwrap_or_else(|e| panic!("ack: {}", harness::describe_error(&e)));
             assert_eq!(acked, 1);
@@ -530,42 +530,52 @@ async fn measure_at(client: &Client, n: i64) -> BTreeMap<(String, &'static str),
     for case in &all {
         for (mode, mode_name) in [(PlanMode::Custom, "custom"), (PlanMode::Generic, "generic")] {
             let m = explain_analyze(client, &case.statement, mode).await;
-            let what = format!("{} ({mode_name} plan, {n} jobs)", case.label);
-            assert!(
-                m.sort_nodes().is_empty(),
-                "{what}: sorts: {:?}\n{}",
-                m.sort_nodes(),
-                m.pretty()
-            );
-            assert!(
-                !m.node_types.iter().any(|t| t == "Seq Scan"),
-                "{what}: a sequential scan\n{}",
-                m.pretty()
-            );
-            match case.index {
-                Some(index) => assert!(
-                    m.indexes.iter().any(|i| i == index),
-                    "{what}: does not read {index}, reads {:?}\n{}",
-                    m.indexes,
-                    m.pretty()
-                ),
-                None => assert!(
-                    m.indexes.is_empty() && m.tables_read.is_empty(),
-                    "{what}: a plain insert reads nothing\n{}",
-                    m.pretty()
-                ),
-            }
-            assert!(
-                m.rows_removed <= case.max_rows_removed,
-                "{what}: {} rows removed by filters (bound {})\n{}",
-                m.rows_removed,
-                case.max_rows_removed,
-                m.pretty()
+            check_plan(
+                &format!("{} ({mode_name} plan, {n} jobs)", case.label),
+                case,
+                &m,
             );
             measured.insert((case.label.clone(), mode_name), (case.rows, m));
         }
     }
     measured
+}
+
+/// The checks every plan of [`measure_at`] passes: no sort node of any
+/// kind, no sequential scan, the case's index read, and no more rows
+/// thrown away by filters than the case allows.
+fn check_plan(what: &str, case: &Case, m: &Measured) {
+    assert!(
+        m.sort_nodes().is_empty(),
+        "{what}: sorts: {:?}\n{}",
+        m.sort_nodes(),
+        m.pretty()
+    );
+    assert!(
+        !m.node_types.iter().any(|t| t == "Seq Scan"),
+        "{what}: a sequential scan\n{}",
+        m.pretty()
+    );
+    match case.index {
+        Some(index) => assert!(
+            m.indexes.iter().any(|i| i == index),
+            "{what}: does not read {index}, reads {:?}\n{}",
+            m.indexes,
+            m.pretty()
+        ),
+        None => assert!(
+            m.indexes.is_empty() && m.tables_read.is_empty(),
+            "{what}: a plain insert reads nothing\n{}",
+            m.pretty()
+        ),
+    }
+    assert!(
+        m.rows_removed <= case.max_rows_removed,
+        "{what}: {} rows removed by filters (bound {})\n{}",
+        m.rows_removed,
+        case.max_rows_removed,
+        m.pretty()
+    );
 }
 
 #[tokio::test]
@@ -693,4 +703,51 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
         vec![high],
         "resuming after the checkpoint's (tx_id, id)"
     );
+}
+
+/// [`check_plan`] rejects a claim that sorts, with either kind of sort
+/// node: with `jobs_claim_idx` gone, a plain `Sort` (nothing gives the
+/// claim's order); with an index giving only its `priority DESC` prefix,
+/// an `Incremental Sort` on the rest.
+#[tokio::test]
+async fn a_claim_that_sorts_is_rejected_whatever_the_kind_of_sort() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = fresh_schema(&client, "sorting_claim").await;
+    seed(&client, &schema, SMALL).await;
+    let claim = case(
+        "claim",
+        jobs::claim(&schema, "normal", "w", NOW, BATCH),
+        Some("jobs_claim_idx"),
+    );
+    exec(
+        &client,
+        &format!("DROP INDEX \"{schema}\".jobs_claim_idx; ANALYZE \"{schema}\".jobs"),
+    )
+    .await;
+    let prefix_only = format!(
+        "CREATE INDEX claim_prefix_idx ON \"{schema}\".jobs (queue, priority DESC) \
+         WHERE claimed_at IS NULL AND ready; ANALYZE \"{schema}\".jobs"
+    );
+    for (setup, sort) in [(None, "Sort"), (Some(prefix_only), "Incremental Sort")] {
+        if let Some(setup) = setup {
+            exec(&client, &setup).await;
+        }
+        let m = explain_analyze(&client, &claim.statement, PlanMode::Custom).await;
+        assert!(
+            m.node_types.iter().any(|t| t == sort),
+            "the claim does not run a {sort} node here, the test proves nothing\n{}",
+            m.pretty()
+        );
+        let refused = std::panic::catch_unwind(|| check_plan(sort, &claim, &m))
+            .err()
+            .and_then(|panic| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        assert!(
+            refused.contains(&format!("{sort}: sorts: [\"{sort}\"]")),
+            "a claim with a {sort} node passed the plan checks: {refused:?}"
+        );
+    }
 }

@@ -63,14 +63,14 @@ where
             "{table}.{column:?} is listed as filled by the statements but has a database default"
         );
     }
-    let filled_by_database: Vec<T> = filled_by_database
+    let not_fields: Vec<T> = filled_by_database
         .iter()
         .chain(filled_by_statements)
         .copied()
         .collect();
     let columns: BTreeSet<String> = T::columns()
         .into_iter()
-        .filter(|(variant, _)| !filled_by_database.contains(variant))
+        .filter(|(variant, _)| !not_fields.contains(variant))
         .map(|(variant, _)| variant.to_string())
         .collect();
     let fields = field_names::<S>();
@@ -82,7 +82,7 @@ where
     );
 
     for (variant, column) in T::columns() {
-        if filled_by_database.contains(&variant) {
+        if not_fields.contains(&variant) {
             continue;
         }
         let name = variant.to_string();
@@ -187,11 +187,7 @@ fn a_renamed_field_is_caught() {
         expires_at: i64,
         fence: i64,
     }
-    let result = std::panic::catch_unwind(|| tie::<DriftedLock, Locks>(&[], &[]));
-    let message = result
-        .err()
-        .and_then(|panic| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let message = panic_message(|| tie::<DriftedLock, Locks>(&[], &[]));
     assert!(
         message.contains("fields without a column: [\"holder\"]"),
         "{message}"
@@ -211,15 +207,37 @@ fn a_narrowed_field_type_is_caught() {
         expires_at: i32,
         fence: i64,
     }
-    let result = std::panic::catch_unwind(|| tie::<NarrowLock, Locks>(&[], &[]));
-    let message = result
-        .err()
-        .and_then(|panic| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let message = panic_message(|| tie::<NarrowLock, Locks>(&[], &[]));
     assert!(
         message.contains("locks.expires_at: the field does not take"),
         "{message}"
     );
+}
+
+/// A column listed as filled by the database must have a default, one
+/// listed as filled by the statements must not.
+#[test]
+fn a_misfiled_column_is_caught() {
+    let message = panic_message(|| tie::<Lock, Locks>(&[Locks::Owner], &[]));
+    assert!(
+        message.contains("locks.Owner is listed as filled by the database but has no default"),
+        "{message}"
+    );
+    let message = panic_message(|| tie::<StreamEvent, StreamEvents>(&[], &[StreamEvents::TxId]));
+    assert!(
+        message.contains(
+            "stream_events.TxId is listed as filled by the statements but has a database default"
+        ),
+        "{message}"
+    );
+}
+
+/// The message `f` panics with ("" if it does not).
+fn panic_message<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> String {
+    std::panic::catch_unwind(f)
+        .err()
+        .and_then(|panic| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// Asserts that `S` refuses an input without any one of its required

@@ -324,18 +324,26 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
     assert_eq!(kept, NOW, "the duplicate left the first entry as it was");
 }
 
-/// Every column but `missing`, each as itself, from the table's one row.
-fn select_without<T: TableModel>(schema: &SchemaName, columns: &[T], missing: T) -> String {
-    let list: Vec<String> = columns
-        .iter()
-        .filter(|c| **c != missing)
-        .map(|c| format!("\"{}\"", c.as_str()))
-        .collect();
+/// `columns`, each as `select(column)` gives it (`None`: left out), from
+/// the table's one row.
+fn select_each<T: TableModel>(
+    schema: &SchemaName,
+    columns: &[T],
+    select: impl Fn(T) -> Option<String>,
+) -> String {
+    let list: Vec<String> = columns.iter().filter_map(|c| select(*c)).collect();
     format!(
         "SELECT {} FROM \"{schema}\".\"{}\" LIMIT 1",
         list.join(", "),
         T::table_name()
     )
+}
+
+/// Every column but `missing`, each as itself, from the table's one row.
+fn select_without<T: TableModel>(schema: &SchemaName, columns: &[T], missing: T) -> String {
+    select_each(schema, columns, |c| {
+        (c != missing).then(|| format!("\"{}\"", c.as_str()))
+    })
 }
 
 /// For each column the shape reads: a row without it, and a row with it
@@ -364,23 +372,15 @@ async fn refuses_rows_missing_a_column<S: FromRow + std::fmt::Debug, T: TableMod
         } else {
             "'x'::text"
         };
-        let list: Vec<String> = columns
-            .iter()
-            .map(|c| {
-                if *c == column {
+        let wrong = rows(
+            client,
+            &select_each(schema, columns, |c| {
+                Some(if c == column {
                     format!("{other} AS \"{}\"", c.as_str())
                 } else {
                     format!("\"{}\"", c.as_str())
-                }
-            })
-            .collect();
-        let wrong = rows(
-            client,
-            &format!(
-                "SELECT {} FROM \"{schema}\".\"{}\" LIMIT 1",
-                list.join(", "),
-                T::table_name()
-            ),
+                })
+            }),
         )
         .await;
         let err = S::from_row(&wrong[0]).expect_err(&format!(
@@ -861,11 +861,9 @@ async fn the_checkpoint_only_moves_forward() {
     let stored: Option<ConsumerOffset> =
         one(&client, &streams::read_checkpoint(&schema, "s", "c")).await;
     assert_eq!(stored, Some(at(12)));
+    let negative = streams::checkpoint(&schema, &at(-1));
     let refused = client
-        .execute(
-            streams::checkpoint(&schema, &at(-1)).sql(),
-            &streams::checkpoint(&schema, &at(-1)).args(),
-        )
+        .execute(negative.sql(), &negative.args())
         .await
         .err()
         .map(|e| harness::describe_error(&e))

@@ -51,7 +51,8 @@ pub struct Measured {
     pub tables_read: Vec<String>,
     /// The sum of "Rows Removed by Filter" (and by index recheck) over all nodes.
     pub rows_removed: i64,
-    /// Rows the top node produced (or modified).
+    /// Rows the top node produced: for an INSERT, UPDATE or DELETE, the
+    /// rows it returned (0 without `RETURNING`, whatever it modified).
     pub rows: i64,
 }
 

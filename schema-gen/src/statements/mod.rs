@@ -329,9 +329,7 @@ impl Binder {
     /// typed after the column and cast to its array type (so the server
     /// never guesses it).
     fn col_array<C: TableModel + IdenStatic>(&mut self, column: C, values: Vec<Value>) -> Expr {
-        let sql_type = column
-            .column()
-            .map_or(SqlType::Text, |definition| definition.sql_type);
+        let sql_type = column_type(column);
         let element = match sql_type {
             SqlType::BigInt => ArrayType::BigInt,
             SqlType::Integer => ArrayType::Int,
@@ -351,10 +349,7 @@ impl Binder {
 
     /// A value for `column`, named and typed after it.
     fn col<C: TableModel + IdenStatic>(&mut self, column: C, value: impl Into<Value>) -> Expr {
-        let sql_type = column
-            .column()
-            .map_or(SqlType::Text, |definition| definition.sql_type);
-        self.bind(column.as_str(), sql_type, value.into())
+        self.bind(column.as_str(), column_type(column), value.into())
     }
 
     /// The current unix second.
@@ -376,6 +371,14 @@ impl Binder {
             u64::from(limit)
         });
     }
+}
+
+/// The declared type of `column` (`Text` for the table variant, which is
+/// no column).
+fn column_type<C: TableModel>(column: C) -> SqlType {
+    column
+        .column()
+        .map_or(SqlType::Text, |definition| definition.sql_type)
 }
 
 /// Builds a statement with `build`, which asks the [`Binder`] for every
@@ -484,6 +487,49 @@ mod tests {
         build("narrow", |b| {
             Query::select()
                 .expr(b.col(schema_model::Jobs::RunAt, 5_i32))
+                .to_owned()
+        });
+    }
+
+    /// The text check of [`build`] fires on a statement whose text changes
+    /// with the values it binds.
+    #[test]
+    #[should_panic(expected = "peeking: the text depends on the values")]
+    fn a_statement_whose_text_depends_on_its_values_is_caught() {
+        use sea_query::Query;
+        build("peeking", |b| {
+            let queue = b.col(schema_model::Jobs::Queue, "q");
+            let mut select = Query::select();
+            select.expr(queue);
+            if b.marking {
+                select.expr(Expr::cust("1"));
+            }
+            select
+        });
+    }
+
+    /// A value bound past the [`Binder`] (`Expr::val`) has no name: the
+    /// order check of [`build`] catches it too.
+    #[test]
+    #[should_panic(expected = "unnamed: placeholders were asked for out of text order")]
+    fn a_value_bound_past_the_binder_is_caught() {
+        use sea_query::Query;
+        build("unnamed", |b| {
+            Query::select()
+                .expr(b.now(1))
+                .expr(Expr::val(2_i64))
+                .to_owned()
+        });
+    }
+
+    /// ... and on an array whose elements are of another wire type.
+    #[test]
+    #[should_panic(expected = "is a BigInt placeholder bound to Array")]
+    fn an_array_of_another_wire_type_is_caught() {
+        use sea_query::Query;
+        build("narrow_array", |b| {
+            Query::select()
+                .expr(b.col_array(schema_model::Jobs::RunAt, vec![5_i32.into()]))
                 .to_owned()
         });
     }
