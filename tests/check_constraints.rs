@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 
-use schema_gen::render::script;
 use schema_model::{
     CheckRule, ConsumedEvents, DeadJobs, Jobs, Locks, Schedules, SchemaName, StreamEvents,
     StreamOffsets, TableModel, engine_family,
@@ -107,8 +106,7 @@ async fn every_named_check_refuses_a_violating_row_by_its_name() {
         return;
     }
     let client = harness::connect().await;
-    let schema = harness::unique_schema_name("checks");
-    harness::exec(&client, &script(&schema)).await;
+    let schema = harness::engine::engine_schema(&client, "checks").await;
     let bytes = "'\\x00ff'::bytea";
     let tested: BTreeSet<String> = [
         every_check_refuses(
@@ -234,8 +232,7 @@ async fn declared_storage_parameters_are_stored_as_rendered() {
         return;
     }
     let client = harness::connect().await;
-    let schema = harness::unique_schema_name("reloptions");
-    harness::exec(&client, &script(&schema)).await;
+    let schema = harness::engine::engine_schema(&client, "reloptions").await;
     let mut declared_any = false;
     for table in engine_family() {
         let stored: Option<Vec<String>> = client

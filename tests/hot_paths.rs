@@ -21,9 +21,9 @@
 
 use std::collections::BTreeMap;
 
+use harness::engine::{engine_schema, run, until_horizon_passes};
 use harness::explain::{Measured, PlanMode, explain_analyze};
 use harness::{exec, rows};
-use schema_gen::render::script;
 use schema_gen::statements::{
     self, FromRow, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams,
 };
@@ -44,20 +44,6 @@ const BATCH: u32 = 10;
 const PROMOTE_BATCH: u32 = 100;
 /// Stream reads take 100 events.
 const READ_BATCH: u32 = 100;
-
-/// A fresh schema, created by the printed script (what a DBA runs).
-async fn fresh_schema(client: &Client, prefix: &str) -> SchemaName {
-    let schema = harness::unique_schema_name(prefix);
-    exec(client, &script(&schema)).await;
-    schema
-}
-
-async fn run(client: &Client, statement: &Statement) -> Vec<tokio_postgres::Row> {
-    client
-        .query(statement.sql(), &statement.args())
-        .await
-        .unwrap_or_else(|e| panic!("{}: {}", statement.name(), harness::describe_error(&e)))
-}
 
 /// Seeds `n` jobs in the hostile mixes, and the other tables in proportion.
 /// Bulk rows come from generate_series (sea-query does not express it);
@@ -193,6 +179,11 @@ struct Case {
     /// single-row statement): the buffer bound allows one more B-tree level
     /// per row's descents at the large size.
     rows: i64,
+    /// Whether the call finds nothing to do on the seeded data (a poll of a
+    /// queue with nothing due to promote or claim): it must work on 0 rows;
+    /// every other case works on exactly `rows`, so a case that silently
+    /// stopped doing its work cannot pass the bounds by doing none.
+    idle: bool,
 }
 
 fn case(label: &str, statement: Statement, index: Option<&'static str>) -> Case {
@@ -202,6 +193,7 @@ fn case(label: &str, statement: Statement, index: Option<&'static str>) -> Case 
         index,
         max_rows_removed: 0,
         rows: 1,
+        idle: false,
     }
 }
 
@@ -300,15 +292,25 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
             ),
         ),
     ];
-    for queue in ["promotable", "future_ahead", "idle_future", "empty"] {
-        cases.push(batch(
-            PROMOTE_BATCH,
-            case(
-                &format!("promote {queue}"),
-                jobs::promote(schema, queue, NOW, PROMOTE_BATCH),
-                Some("jobs_promote_idx"),
-            ),
-        ));
+    // future_ahead's due jobs are ready already and the rest not yet due:
+    // its promotion, like an idle or empty queue's, finds nothing.
+    for (queue, idle) in [
+        ("promotable", false),
+        ("future_ahead", true),
+        ("idle_future", true),
+        ("empty", true),
+    ] {
+        cases.push(Case {
+            idle,
+            ..batch(
+                PROMOTE_BATCH,
+                case(
+                    &format!("promote {queue}"),
+                    jobs::promote(schema, queue, NOW, PROMOTE_BATCH),
+                    Some("jobs_promote_idx"),
+                ),
+            )
+        });
     }
     for queue in [
         "normal",
@@ -318,14 +320,17 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
         "idle_future",
         "empty",
     ] {
-        cases.push(batch(
-            BATCH,
-            case(
-                &format!("claim {queue}"),
-                jobs::claim(schema, queue, "w2", NOW, BATCH),
-                Some("jobs_claim_idx"),
-            ),
-        ));
+        cases.push(Case {
+            idle: matches!(queue, "idle_future" | "empty"),
+            ..batch(
+                BATCH,
+                case(
+                    &format!("claim {queue}"),
+                    jobs::claim(schema, queue, "w2", NOW, BATCH),
+                    Some("jobs_claim_idx"),
+                ),
+            )
+        });
     }
     cases.extend([
         case(
@@ -489,7 +494,7 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
 /// Seeds a table of `n` jobs, churns it, and measures every case in both
 /// plan modes. Checks each plan on the way.
 async fn measure_at(client: &Client, n: i64) -> BTreeMap<(String, &'static str), (i64, Measured)> {
-    let schema = fresh_schema(client, "hot_paths").await;
+    let schema = engine_schema(client, "hot_paths").await;
     seed(client, &schema, n).await;
     // Statistics, as autovacuum's analyze keeps them; the append-only and
     // small tables are vacuumed too (autovacuum's insert threshold does that
@@ -506,17 +511,12 @@ async fn measure_at(client: &Client, n: i64) -> BTreeMap<(String, &'static str),
         exec(client, &format!("VACUUM (ANALYZE) \"{schema}\".{table}")).await;
     }
     churn(client, &schema).await;
-    // The gap-free reader only sees transactions below the snapshot horizon;
-    // another test's open transaction can hold it back for a moment.
-    for _ in 0..200 {
-        if !run(client, &streams::read_in_commit_order(&schema, "s3", 0, 1))
-            .await
-            .is_empty()
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    // The gap-free reader's case needs its stream below the snapshot horizon.
+    until_horizon_passes(
+        async || run(client, &streams::read_in_commit_order(&schema, "s3", 0, 1)).await,
+        |rows| !rows.is_empty(),
+    )
+    .await;
     let all = cases(client, &schema).await;
     let listed: std::collections::BTreeSet<&str> = all.iter().map(|c| c.statement.name()).collect();
     for statement in statements::all(&schema) {
@@ -569,6 +569,14 @@ fn check_plan(what: &str, case: &Case, m: &Measured) {
             m.pretty()
         ),
     }
+    let expected = if case.idle { 0 } else { case.rows };
+    assert_eq!(
+        m.rows_worked,
+        expected,
+        "{what}: worked on {} rows; the seeded data gives it {expected}\n{}",
+        m.rows_worked,
+        m.pretty()
+    );
     assert!(
         m.rows_removed <= case.max_rows_removed,
         "{what}: {} rows removed by filters (bound {})\n{}",
@@ -645,7 +653,7 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
         return;
     }
     let admin = harness::connect().await;
-    let schema = fresh_schema(&admin, "commit_order").await;
+    let schema = engine_schema(&admin, "commit_order").await;
     let early = harness::connect().await;
     let late = harness::connect().await;
     let reader = harness::connect().await;
@@ -687,16 +695,12 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
         Vec::<i64>::new(),
         "the naive reader has skipped {low} for good"
     );
-    // The horizon is database-wide: other tests' open transactions can hold
-    // it back for a moment, so wait (bounded) for it to pass both appends.
-    let mut careful = Vec::new();
-    for _ in 0..200 {
-        careful = offsets(run(&reader, &gap_free(0)).await);
-        if careful.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    // Wait (bounded) for the horizon to pass both appends.
+    let careful = until_horizon_passes(
+        async || offsets(run(&reader, &gap_free(0)).await),
+        |careful| careful.len() >= 2,
+    )
+    .await;
     assert_eq!(careful, vec![low, high], "commit order delivers both");
     assert_eq!(
         offsets(run(&reader, &gap_free(low)).await),
@@ -715,7 +719,7 @@ async fn a_claim_that_sorts_is_rejected_whatever_the_kind_of_sort() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "sorting_claim").await;
+    let schema = engine_schema(&client, "sorting_claim").await;
     seed(&client, &schema, SMALL).await;
     let claim = case(
         "claim",

@@ -15,20 +15,14 @@
 
 use std::time::{Duration, Instant};
 
+use harness::engine::engine_schema;
 use harness::explain::{PlanMode, explain_analyze};
 use harness::{connect_with_notices, exec};
-use schema_gen::render::script;
 use schema_gen::statements::jobs;
 use schema_model::{Job, QueueOpts, SchemaName};
 use tokio_postgres::Client;
 
 const NOW: i64 = 1_700_000_000;
-
-async fn fresh_schema(client: &Client, prefix: &str) -> SchemaName {
-    let schema = harness::unique_schema_name(prefix);
-    exec(client, &script(&schema)).await;
-    schema
-}
 
 /// Enqueues `n` due jobs into `queue` with the product's batch statement.
 async fn seed(client: &Client, schema: &SchemaName, queue: &str, n: usize) {
@@ -92,7 +86,7 @@ async fn relation_pages(client: &Client, schema: &SchemaName) -> i64 {
 #[tokio::test]
 async fn vacuum_skips_a_locked_jobs_table_at_once() {
     let holder = harness::connect().await;
-    let schema = fresh_schema(&holder, "vacuum_locked").await;
+    let schema = engine_schema(&holder, "vacuum_locked").await;
     // SHARE UPDATE EXCLUSIVE conflicts with VACUUM (and with another
     // VACUUM, an ANALYZE, a CREATE INDEX CONCURRENTLY).
     exec(
@@ -149,7 +143,7 @@ async fn vacuum_skips_a_locked_jobs_table_at_once() {
 #[tokio::test]
 async fn vacuum_removes_dead_claim_index_entries_and_keeps_the_tables_pages() {
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "vacuum_cleanup").await;
+    let schema = engine_schema(&client, "vacuum_cleanup").await;
     // No autovacuum may do the work this test proves the statement does.
     exec(
         &client,

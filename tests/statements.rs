@@ -8,8 +8,8 @@
 //! claim index, reaping, expiry, lock fences, the schedule compare-and-set,
 //! the forward-only checkpoint, the dedup ledger).
 
-use harness::{exec, rows};
-use schema_gen::render::script;
+use harness::engine::{engine_schema, run, until_horizon_passes};
+use harness::rows;
 use schema_gen::statements::{
     self, FromRow, RowError, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams,
 };
@@ -18,7 +18,7 @@ use schema_model::{
     QueueOpts, Schedule, ScheduleOpts, Schedules, SchemaName, StreamEvent, StreamEvents,
     StreamOffsets, TableModel,
 };
-use tokio_postgres::{Client, Row};
+use tokio_postgres::Client;
 
 const NOW: i64 = 1_700_000_000;
 
@@ -31,19 +31,6 @@ const PAYLOADS: [&[u8]; 5] = [
     br#"{"a": 1, "a": 2,   "b": [1,2]}"#,
     b"",
 ];
-
-async fn fresh_schema(client: &Client, prefix: &str) -> SchemaName {
-    let schema = harness::unique_schema_name(prefix);
-    exec(client, &script(&schema)).await;
-    schema
-}
-
-async fn run(client: &Client, statement: &Statement) -> Vec<Row> {
-    client
-        .query(statement.sql(), &statement.args())
-        .await
-        .unwrap_or_else(|e| panic!("{}: {}", statement.name(), harness::describe_error(&e)))
-}
 
 /// The one row a statement returned, decoded.
 async fn one<S: FromRow>(client: &Client, statement: &Statement) -> Option<S> {
@@ -107,7 +94,7 @@ async fn every_statement_declares_the_parameter_types_the_server_infers() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "param_types").await;
+    let schema = engine_schema(&client, "param_types").await;
     for statement in statements::all(&schema) {
         let prepared = client
             .prepare(statement.sql())
@@ -132,7 +119,7 @@ async fn jobs_and_dead_jobs_round_trip_byte_for_byte() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "job_rows").await;
+    let schema = engine_schema(&client, "job_rows").await;
     let mut written = Vec::new();
     for (n, payload) in PAYLOADS.iter().enumerate() {
         let mut job = job("rt", payload, n as i32, NOW - 1);
@@ -214,7 +201,7 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "other_rows").await;
+    let schema = engine_schema(&client, "other_rows").await;
 
     let mut events = Vec::new();
     for (n, payload) in PAYLOADS.iter().enumerate() {
@@ -234,21 +221,20 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
         .map(|row| StreamEvent::from_row(row).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     assert_eq!(read, events);
-    let mut in_commit_order = Vec::new();
-    for _ in 0..200 {
-        in_commit_order = run(
-            &client,
-            &streams::read_in_commit_order(&schema, "orders", 0, 100),
-        )
-        .await
-        .iter()
-        .map(|row| StreamEvent::from_row(row).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
-        if in_commit_order.len() == events.len() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let in_commit_order: Vec<StreamEvent> = until_horizon_passes(
+        async || {
+            run(
+                &client,
+                &streams::read_in_commit_order(&schema, "orders", 0, 100),
+            )
+            .await
+            .iter()
+            .map(|row| StreamEvent::from_row(row).unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+        },
+        |read: &Vec<StreamEvent>| read.len() == events.len(),
+    )
+    .await;
     assert_eq!(in_commit_order, events);
 
     let offset = ConsumerOffset {
@@ -398,7 +384,7 @@ async fn a_row_missing_a_column_or_holding_another_type_is_refused_naming_it() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "row_errors").await;
+    let schema = engine_schema(&client, "row_errors").await;
     let mut j = job("q", b"\x00", 1, NOW);
     j.id = enqueue(&client, &schema, &j).await;
     claim(&client, &schema, "q", "w", NOW).await;
@@ -517,7 +503,7 @@ async fn a_lapsed_claim_cannot_be_acked_by_its_stale_worker() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "fenced").await;
+    let schema = engine_schema(&client, "fenced").await;
     let mut j = job("q", b"x", 0, NOW);
     j.opts.max_attempts = 5;
     j.id = enqueue(&client, &schema, &j).await;
@@ -560,7 +546,7 @@ async fn a_retry_waits_out_its_backoff_and_promotion_brings_it_back() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "backoff").await;
+    let schema = engine_schema(&client, "backoff").await;
     let mut urgent = job("q", b"urgent", 9, NOW);
     urgent.id = enqueue(&client, &schema, &urgent).await;
     let claimed = claim(&client, &schema, "q", "w", NOW).await;
@@ -618,7 +604,7 @@ async fn reap_exhausted_and_expire_move_jobs_to_dead_jobs() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "dying").await;
+    let schema = engine_schema(&client, "dying").await;
     let mut last = job("q", b"last", 1, NOW);
     last.opts.max_attempts = 1;
     last.expires_at = None;
@@ -684,7 +670,7 @@ async fn locks_are_fenced_and_fences_only_grow() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "fences").await;
+    let schema = engine_schema(&client, "fences").await;
     let a: Lock = one(&client, &locks::acquire(&schema, "l", "a", NOW + 30, NOW))
         .await
         .unwrap_or_else(|| panic!("free lock"));
@@ -772,7 +758,7 @@ async fn a_schedule_boundary_is_advanced_once() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "ticks").await;
+    let schema = engine_schema(&client, "ticks").await;
     let schedule = Schedule {
         name: "s".into(),
         spec: "@every 1m".into(),
@@ -845,7 +831,7 @@ async fn the_checkpoint_only_moves_forward() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "offsets").await;
+    let schema = engine_schema(&client, "offsets").await;
     let at = |offset| ConsumerOffset {
         stream: "s".into(),
         consumer: "c".into(),
@@ -883,7 +869,7 @@ async fn batches_enqueue_and_ack_like_their_single_job_statements() {
         return;
     }
     let client = harness::connect().await;
-    let schema = fresh_schema(&client, "batches").await;
+    let schema = engine_schema(&client, "batches").await;
     let mut batch: Vec<Job> = PAYLOADS
         .iter()
         .enumerate()

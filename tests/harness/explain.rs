@@ -54,6 +54,11 @@ pub struct Measured {
     /// Rows the top node produced: for an INSERT, UPDATE or DELETE, the
     /// rows it returned (0 without `RETURNING`, whatever it modified).
     pub rows: i64,
+    /// Rows the statement did its work on: what the top node produced, or
+    /// for an INSERT, UPDATE or DELETE without `RETURNING`, the rows fed
+    /// into it (its first child's), so a write that found nothing to write
+    /// shows 0.
+    pub rows_worked: i64,
 }
 
 impl Measured {
@@ -189,6 +194,18 @@ pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanM
             })
             .sum(),
         rows: int(&root, "Actual Rows"),
+        rows_worked: rows_worked(&root),
         plan: root,
+    }
+}
+
+fn rows_worked(root: &Value) -> i64 {
+    let rows = |node: &Value| node["Actual Rows"].as_i64().unwrap_or(0);
+    match root["Plans"]
+        .as_array()
+        .and_then(|children| children.first())
+    {
+        Some(fed) if rows(root) == 0 && root["Node Type"] == "ModifyTable" => rows(fed),
+        _ => rows(root),
     }
 }

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod clickhouse;
 pub mod dump;
+pub mod engine;
 pub mod explain;
 pub mod names;
 pub mod pg;
