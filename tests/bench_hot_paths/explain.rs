@@ -136,30 +136,26 @@ fn prepare_sql(name: &str, stmt: &Stmt) -> String {
     }
 }
 
+/// The harness's reading of a plan (the one the hot-path tests assert on),
+/// in the benchmark's units.
 fn work_of(root: &Value) -> Work {
-    let number = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0) as u64;
-    let mut work = Work {
-        buffers: number(root, "Shared Hit Blocks") + number(root, "Shared Read Blocks"),
-        rows: number(root, "Actual Rows"),
-        ..Work::default()
-    };
-    let mut stack = vec![root];
-    while let Some(node) = stack.pop() {
-        work.rows_removed +=
-            number(node, "Rows Removed by Filter") + number(node, "Rows Removed by Index Recheck");
-        if let Some(index) = node["Index Name"].as_str()
-            && !work.indexes.iter().any(|i| i == index)
-        {
-            work.indexes.push(index.to_owned());
-        }
-        if let Some(kind) = node["Node Type"].as_str()
-            && kind.contains("Sort")
-        {
-            work.sorts.push(kind.to_owned());
-        }
-        if let Some(children) = node["Plans"].as_array() {
-            stack.extend(children);
+    let measured = harness::explain::measure(root.clone());
+    let mut indexes = Vec::new();
+    for index in &measured.indexes {
+        if !indexes.contains(index) {
+            indexes.push(index.clone());
         }
     }
-    work
+    Work {
+        buffers: u64::try_from(measured.buffers).unwrap_or(0),
+        rows_removed: u64::try_from(measured.rows_removed).unwrap_or(0),
+        rows: u64::try_from(measured.rows).unwrap_or(0),
+        sorts: measured
+            .sort_nodes()
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        indexes,
+        ..Work::default()
+    }
 }

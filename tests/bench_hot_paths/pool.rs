@@ -25,16 +25,8 @@ pub enum Param {
     Null,
     Text(String),
     Int(i64),
-    Bool(bool),
-    Bytes(Vec<u8>),
     Json(serde_json::Value),
     Uuids(Vec<Uuid>),
-    /// An array of a product statement's batch, for EXPLAIN only: the
-    /// product's binder binds the real value. `element` is its SQL type.
-    Array {
-        element: &'static str,
-        items: Vec<Param>,
-    },
 }
 
 impl ToSql for Param {
@@ -56,13 +48,8 @@ impl ToSql for Param {
                 }
                 _ => Err(format!("cannot bind integer {v} to a {ty} parameter").into()),
             },
-            Param::Bool(b) => b.to_sql_checked(ty, out),
-            Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
             Param::Json(v) => v.to_sql_checked(ty, out),
             Param::Uuids(ids) => ids.to_sql_checked(ty, out),
-            Param::Array { .. } => {
-                Err("a product statement's array is bound by the product's binder".into())
-            }
         }
     }
 
@@ -82,56 +69,10 @@ impl Param {
             Param::Null => "NULL".to_owned(),
             Param::Text(s) => quote_literal(s),
             Param::Int(v) => v.to_string(),
-            Param::Bool(b) => b.to_string(),
-            Param::Bytes(b) => {
-                let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
-                format!("'\\x{hex}'::bytea")
-            }
             Param::Json(v) => quote_literal(&v.to_string()),
             Param::Uuids(ids) => {
                 let list: Vec<String> = ids.iter().map(|u| format!("'{u}'")).collect();
                 format!("ARRAY[{}]::uuid[]", list.join(", "))
-            }
-            Param::Array { element, items } => {
-                let list: Vec<String> = items.iter().map(Param::literal).collect();
-                format!("ARRAY[{}]::{element}[]", list.join(", "))
-            }
-        }
-    }
-
-    /// A product statement's bound value, mirrored for EXPLAIN.
-    fn mirror(value: &sea_query::Value) -> Self {
-        use sea_query::{ArrayType, Value};
-        match value {
-            Value::Bool(Some(b)) => Param::Bool(*b),
-            Value::SmallInt(Some(v)) => Param::Int(i64::from(*v)),
-            Value::Int(Some(v)) => Param::Int(i64::from(*v)),
-            Value::BigInt(Some(v)) => Param::Int(*v),
-            Value::Unsigned(Some(v)) => Param::Int(i64::from(*v)),
-            Value::BigUnsigned(Some(v)) => Param::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
-            Value::String(Some(v)) => Param::Text(v.clone()),
-            Value::Bytes(Some(v)) => Param::Bytes(v.clone()),
-            Value::Bool(None)
-            | Value::SmallInt(None)
-            | Value::Int(None)
-            | Value::BigInt(None)
-            | Value::Unsigned(None)
-            | Value::BigUnsigned(None)
-            | Value::String(None)
-            | Value::Bytes(None) => Param::Null,
-            Value::Array(element, Some(items)) => Param::Array {
-                element: match element {
-                    ArrayType::BigInt => "bigint",
-                    ArrayType::Int => "integer",
-                    ArrayType::String => "text",
-                    ArrayType::Bytes => "bytea",
-                    ArrayType::Bool => "boolean",
-                    other => panic!("a product statement binds an array of {other:?}"),
-                },
-                items: items.iter().map(Param::mirror).collect(),
-            },
-            other => {
-                panic!("a product statement binds a value the benchmark cannot show: {other:?}")
             }
         }
     }
@@ -182,12 +123,7 @@ impl Stmt {
     /// timed runs pay nothing for it).
     pub fn literals(&self) -> Vec<String> {
         match self {
-            Stmt::Product(statement) => statement
-                .values()
-                .0
-                .iter()
-                .map(|value| Param::mirror(&value.0).literal())
-                .collect(),
+            Stmt::Product(statement) => harness::explain::literals(statement),
             Stmt::Raw { params, .. } => params.iter().map(Param::literal).collect(),
         }
     }

@@ -80,6 +80,22 @@ impl Measured {
 
 /// `value` as a literal of the parameter's type; array elements are cast
 /// one by one (an array of untyped literals would be `text[]`).
+/// A statement's bound values as the arguments of `EXECUTE name(...)`.
+///
+/// EXPLAIN EXECUTE takes its arguments as expressions (it cannot bind
+/// protocol parameters), so the bound values are written as literals by
+/// sea-query's own escaping and coerced to the declared types, exactly as
+/// binding them would.
+pub fn literals(statement: &Statement) -> Vec<String> {
+    statement
+        .values()
+        .0
+        .iter()
+        .zip(statement.params())
+        .map(|(value, param)| literal(&value.0, param))
+        .collect()
+}
+
 fn literal(value: &sea_query::Value, param: &Param) -> String {
     let element = param.sql_type.pg_name();
     match value {
@@ -122,17 +138,7 @@ fn nodes(plan: &Value) -> Vec<&Value> {
 pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanMode) -> Measured {
     let name = statement.name();
     let types: Vec<String> = statement.params().iter().map(|p| p.type_name()).collect();
-    // EXPLAIN EXECUTE takes its arguments as expressions (it cannot bind
-    // protocol parameters), so the bound values are written as literals by
-    // sea-query's own escaping and coerced to the declared types, exactly as
-    // binding them would.
-    let arguments: Vec<String> = statement
-        .values()
-        .0
-        .iter()
-        .zip(statement.params())
-        .map(|(value, param)| literal(&value.0, param))
-        .collect();
+    let arguments = literals(statement);
     let setup = format!(
         "BEGIN; SET LOCAL plan_cache_mode = {}; PREPARE hot_path_probe({}) AS {}",
         mode.setting(),
@@ -158,9 +164,13 @@ pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanM
         .unwrap_or_else(|e| panic!("{name}: rolling back failed: {}", describe_error(&e)));
     let row = result.unwrap_or_else(|e| panic!("{name}: EXPLAIN failed: {}", describe_error(&e)));
     let plan: Value = row.get(0);
-    let root = plan[0]["Plan"].clone();
+    measure(plan[0]["Plan"].clone())
+}
+
+/// What the plan `root` (the `Plan` of `EXPLAIN (ANALYZE, BUFFERS, FORMAT
+/// JSON)`) did.
+pub fn measure(root: Value) -> Measured {
     let all = nodes(&root);
-    let int = |node: &Value, key: &str| node[key].as_i64().unwrap_or(0);
     let mut indexes = Vec::new();
     for node in &all {
         if let Some(index) = node["Index Name"].as_str() {
@@ -200,12 +210,19 @@ pub async fn explain_analyze(client: &Client, statement: &Statement, mode: PlanM
 }
 
 fn rows_worked(root: &Value) -> i64 {
-    let rows = |node: &Value| node["Actual Rows"].as_i64().unwrap_or(0);
     match root["Plans"]
         .as_array()
         .and_then(|children| children.first())
     {
-        Some(fed) if rows(root) == 0 && root["Node Type"] == "ModifyTable" => rows(fed),
-        _ => rows(root),
+        Some(fed) if int(root, "Actual Rows") == 0 && root["Node Type"] == "ModifyTable" => {
+            int(fed, "Actual Rows")
+        }
+        _ => int(root, "Actual Rows"),
     }
+}
+
+/// A count of the plan: PostgreSQL 18 writes row counts with decimals
+/// (`"Actual Rows": 10.00`), earlier versions as integers.
+fn int(node: &Value, key: &str) -> i64 {
+    node[key].as_f64().map_or(0, |n| n.round() as i64)
 }
