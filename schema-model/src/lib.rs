@@ -65,6 +65,7 @@
 pub mod analytics;
 pub mod consumed_events;
 pub mod dead_jobs;
+pub mod history;
 pub mod description;
 pub mod jobs;
 pub mod locks;
