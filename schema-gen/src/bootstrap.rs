@@ -63,12 +63,14 @@ use std::fmt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient};
 
+use schema_model::history::MODEL_VERSION;
 use schema_model::{SchemaName, TableDescription, engine_family};
 
 use crate::Options;
 use crate::catalog::{self, LiveCatalog};
 use crate::error::{Context, Error, ErrorKind, LockTarget, Step, classify};
 use crate::render::{self, Statement, StatementKind};
+use crate::upgrade::{History, Position, locate, record};
 use crate::verify::{Difference, compare};
 
 /// What [`bootstrap`] did.
@@ -94,6 +96,31 @@ pub enum Outcome {
         /// Comments that differ from the model's docs (documentation only;
         /// bootstrap never rewrites existing objects).
         stale_comments: Vec<Difference>,
+    },
+    /// The schema is upgraded to this release's version and its contract
+    /// is pending: it serves this release's engines and those of the
+    /// versions since `oldest_served`. Nothing was done.
+    ContractPending {
+        /// The engine schema.
+        schema: SchemaName,
+        /// This release's version, which the schema is expanded to.
+        version: u32,
+        /// The oldest version whose engines it still serves.
+        oldest_served: u32,
+        /// Comments that differ from the model's docs (documentation only).
+        stale_comments: Vec<Difference>,
+    },
+    /// The schema is at a newer version than this release's, expanded so
+    /// that it still serves this release's engines (its contract is
+    /// pending). This release cannot verify a version it does not know; the
+    /// newer release's `schema-gen check` does. Nothing was done.
+    ServedByNewer {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The newer version the schema is expanded to.
+        found: u32,
+        /// This release's version.
+        model: u32,
     },
 }
 
@@ -150,6 +177,29 @@ impl fmt::Display for Outcome {
                 if stale_comments.len() == 1 { "" } else { "s" },
                 if stale_comments.len() == 1 { "s" } else { "" },
             ),
+            Self::ContractPending {
+                schema,
+                version,
+                oldest_served,
+                ..
+            } => write!(
+                f,
+                "schema {schema} is at version {version} with its contract pending (it serves \
+                 the engines of versions {oldest_served} to {version}): nothing to do; once no \
+                 engine older than version {version} runs, run `schema-gen upgrade --contract \
+                 --schema {schema}`"
+            ),
+            Self::ServedByNewer {
+                schema,
+                found,
+                model,
+            } => write!(
+                f,
+                "schema {schema} is at version {found}, newer than this release's {model}, and \
+                 still serves version {model}'s engines (its contract is pending): nothing to \
+                 do; this release cannot verify version {found}: the newer release's `schema-gen \
+                 check` does"
+            ),
         }
     }
 }
@@ -188,15 +238,22 @@ pub async fn bootstrap_with(
     options: &Options,
 ) -> Result<Outcome, Error> {
     let model = engine_family();
+    let history = History::load().map_err(|e| {
+        Error::from(ErrorKind::Other {
+            message: format!("{e} (a defect of this release)"),
+        })
+    })?;
     let live = catalog::read(client, schema, options).await?;
-    if let Some(current) = assess(&live, schema, &model)? {
+    if let Some(current) = assess(&live, schema, &model, &history)? {
         return Ok(current);
     }
-    let result = match create(client, schema, &model, options).await {
+    let result = match create(client, schema, &model, &history, options).await {
         // A creator that does not take the advisory lock (a hand-written
         // script) can still clash with us on a catalog unique index; the
         // transaction rolled back, so one more try sees its committed result.
-        Err(err) if is_creation_clash(&err) => create(client, schema, &model, options).await,
+        Err(err) if is_creation_clash(&err) => {
+            create(client, schema, &model, &history, options).await
+        }
         other => other,
     };
     match result {
@@ -206,23 +263,107 @@ pub async fn bootstrap_with(
     }
 }
 
-/// `Ok(Some(AlreadyCurrent))` when nothing is missing, `Ok(None)` when
-/// objects must be created, `Err(Drift)` when anything has drifted.
+/// `Ok(Some(outcome))` when nothing is to be done (the schema is current,
+/// or serves this release with a contract pending), `Ok(None)` when objects
+/// must be created, `Err` when the schema is another version (older, newer,
+/// being upgraded) or has drifted.
 fn assess(
     live: &LiveCatalog,
     schema: &SchemaName,
     model: &[TableDescription],
+    history: &History,
 ) -> Result<Option<Outcome>, Error> {
-    let differences = compare(live, schema, model);
-    if differences.iter().any(Difference::is_drift) {
-        return Err(ErrorKind::Drift {
+    let located = locate(live, schema, history);
+    let drift = |differences: Vec<Difference>| -> Error {
+        ErrorKind::Drift {
             schema: schema.clone(),
             differences,
         }
+        .into()
+    };
+    let recorded = match &located.position {
+        Position::NoSchema => return Ok(None),
+        Position::Creatable => {
+            // Only missing tables, each exactly as the model has it.
+            let differences = compare(live, schema, model);
+            return if differences.iter().any(Difference::is_missing_object) {
+                Ok(None)
+            } else {
+                Err(drift(differences))
+            };
+        }
+        Position::Unrecognised => return Err(drift(located.differences)),
+        Position::Unreadable => {
+            return Err(ErrorKind::VersionsUnreadable {
+                schema: schema.clone(),
+                role: live.role.clone(),
+            }
+            .into());
+        }
+        Position::Recognised { version } => {
+            return Err(ErrorKind::OlderVersion {
+                schema: schema.clone(),
+                found: *version,
+                recognised: true,
+                model: MODEL_VERSION,
+            }
+            .into());
+        }
+        Position::Recorded(recorded) => recorded,
+    };
+    if recorded.inconsistent {
+        return Err(drift(located.differences));
+    }
+    if recorded.expanded > MODEL_VERSION || recorded.expanding.is_some_and(|v| v > MODEL_VERSION) {
+        return if recorded.serves(MODEL_VERSION) {
+            Ok(Some(Outcome::ServedByNewer {
+                schema: schema.clone(),
+                found: recorded.expanded.max(recorded.expanding.unwrap_or(0)),
+                model: MODEL_VERSION,
+            }))
+        } else {
+            Err(ErrorKind::NewerVersion {
+                schema: schema.clone(),
+                found: recorded.expanded,
+                contracted: recorded.contracted,
+                model: MODEL_VERSION,
+            }
+            .into())
+        };
+    }
+    if recorded.expanding == Some(MODEL_VERSION) {
+        let (done, of) = located.progress.as_ref().map_or((0, 0), |p| (p.done, p.of));
+        return Err(ErrorKind::UpgradeInProgress {
+            schema: schema.clone(),
+            version: MODEL_VERSION,
+            done,
+            of,
+        }
         .into());
+    }
+    if recorded.expanded < MODEL_VERSION {
+        return Err(ErrorKind::OlderVersion {
+            schema: schema.clone(),
+            found: recorded.expanded,
+            recognised: false,
+            model: MODEL_VERSION,
+        }
+        .into());
+    }
+    let differences = located.differences;
+    if differences.iter().any(Difference::is_drift) {
+        return Err(drift(differences));
     }
     if differences.iter().any(Difference::is_missing_object) {
         return Ok(None);
+    }
+    if recorded.contracted < MODEL_VERSION {
+        return Ok(Some(Outcome::ContractPending {
+            schema: schema.clone(),
+            version: MODEL_VERSION,
+            oldest_served: recorded.contracted,
+            stale_comments: differences,
+        }));
     }
     Ok(Some(Outcome::AlreadyCurrent {
         schema: schema.clone(),
@@ -249,6 +390,7 @@ async fn create(
     client: &mut Client,
     schema: &SchemaName,
     model: &[TableDescription],
+    history: &History,
     options: &Options,
 ) -> Result<Outcome, Error> {
     let mut context = Context {
@@ -265,7 +407,7 @@ async fn create(
             &context,
         )
     })?;
-    match create_in(&tx, schema, model, options, &mut context).await {
+    match create_in(&tx, schema, model, history, options, &mut context).await {
         Ok(outcome @ Outcome::Created { .. }) => {
             tx.commit().await.map_err(|err| {
                 classify(
@@ -299,6 +441,7 @@ async fn create_in<C: GenericClient + Sync>(
     tx: &C,
     schema: &SchemaName,
     model: &[TableDescription],
+    history: &History,
     options: &Options,
     context: &mut Context,
 ) -> Result<Outcome, Error> {
@@ -328,7 +471,7 @@ async fn create_in<C: GenericClient + Sync>(
 
     let before = catalog::read_in_transaction(tx, schema, options, context).await?;
     context.role = before.role.clone();
-    if let Some(current) = assess(&before, schema, model)? {
+    if let Some(current) = assess(&before, schema, model, history)? {
         return Ok(current);
     }
 
@@ -336,6 +479,18 @@ async fn create_in<C: GenericClient + Sync>(
     for planned in &plan {
         let step = statement_step(planned, schema, &before.database, options);
         tx.batch_execute(&planned.statement.sql)
+            .await
+            .map_err(|err| classify(err, &step, context))?;
+    }
+    if before.versions.is_none() {
+        // The version table was created just now: this is the model's version.
+        let step = Step {
+            doing: format!("recording schema {schema} at version {MODEL_VERSION}"),
+            privilege: Some(format!("ownership of table {schema}.schema_versions")),
+            in_transaction: true,
+            ..Step::default()
+        };
+        tx.batch_execute(&record::reached(schema, MODEL_VERSION, &record::release()))
             .await
             .map_err(|err| classify(err, &step, context))?;
     }
@@ -452,6 +607,7 @@ mod tests {
             schema: None,
             relations: vec![],
             objects: vec![],
+            versions: None,
         };
         let all = render::bootstrap_statements(&schema());
         let planned = plan(&live, all.clone());

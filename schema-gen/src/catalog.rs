@@ -203,6 +203,7 @@ SELECT json_build_object(
         LEFT JOIN pg_catalog.pg_am am ON am.oid = c.relam
         WHERE c.relkind NOT IN ('i', 'I', 'c', 't')
     ), '[]'::json),
+    'versions', {versions},
     'objects', COALESCE((
         -- Everything else that lives in the schema records a dependency on
         -- it; parts of another object (a range type's constructors, an
@@ -223,7 +224,68 @@ SELECT json_build_object(
 /// validated [`SchemaName`], quoted with [`render::quote_literal`]), so it can
 /// travel in a simple query next to the `SET LOCAL`s that bound it.
 pub fn statement(schema: &SchemaName) -> String {
-    STATEMENT.replace("{schema}", &quote_literal(schema.as_str()))
+    STATEMENT
+        .replace("{versions}", &versions_expression())
+        .replace("{schema}", &quote_literal(schema.as_str()))
+}
+
+/// The rows of the schema's `schema_versions` table, as a JSON value of the
+/// catalog document: `{"readable", "rows"}`, or null without the table.
+///
+/// The table may not exist (a schema of a release before version 3, or no
+/// schema), and a plain `SELECT` of a missing table fails when it is
+/// parsed, so the rows are read through `query_to_xml` (dynamic SQL that
+/// runs only when the table is there) and decoded, typed, by `XMLTABLE`:
+/// still one statement, one round trip. The query runs only when the role
+/// may read the table and the table has every column the model declares
+/// (otherwise `rows` is null, and verification reports the table's drift).
+fn versions_expression() -> String {
+    use schema_model::{SchemaVersions, TableModel};
+    use sea_query::IdenStatic;
+
+    let columns = SchemaVersions::columns();
+    let names: Vec<&str> = columns.iter().map(|(c, _)| c.as_str()).collect();
+    // The model's identifiers are plain lowercase words, safe as XML
+    // element names and inside these literals.
+    let decoded: Vec<String> = columns
+        .iter()
+        .map(|(c, column)| {
+            format!(
+                "{} {} PATH '{}'",
+                c.as_str(),
+                column.sql_type.pg_name(),
+                c.as_str()
+            )
+        })
+        .collect();
+    let fields: Vec<String> = names.iter().map(|n| format!("'{n}', x.{n}")).collect();
+    let listed: Vec<String> = names.iter().map(|n| quote_literal(n)).collect();
+    let selected: Vec<String> = names.iter().map(|n| render::quote_ident(n)).collect();
+    format!(
+        "(SELECT json_build_object(
+        'readable', pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+        'rows', CASE WHEN pg_catalog.has_table_privilege(c.oid, 'SELECT')
+                      AND (SELECT count(*) FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid = c.oid AND NOT a.attisdropped
+                             AND a.attname IN ({listed})) = {count}
+            THEN COALESCE((
+                SELECT json_agg(json_build_object({fields}) ORDER BY x.{first})
+                FROM XMLTABLE('/table/row' PASSING pg_catalog.query_to_xml(
+                         format('SELECT {selected} FROM %I.%I', n.nspname, c.relname),
+                         false, false, '')
+                     COLUMNS {decoded}) x
+            ), '[]'::json) END)
+     FROM pg_catalog.pg_class c
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = {{schema}} AND c.relname = {table} AND c.relkind = 'r')",
+        listed = listed.join(", "),
+        count = names.len(),
+        fields = fields.join(", "),
+        first = names[0],
+        selected = selected.join(", "),
+        decoded = decoded.join(", "),
+        table = quote_literal(&SchemaVersions::table_name()),
+    )
 }
 
 /// The one simple query the steady-state read sends: the bounds of
@@ -263,6 +325,20 @@ pub struct LiveCatalog {
     /// words it: `function alk.f(integer)`.
     #[serde(default)]
     pub objects: Vec<String>,
+    /// The schema's `schema_versions` table as the role could read it,
+    /// `None` when the schema has no such table.
+    #[serde(default)]
+    pub versions: Option<LiveVersions>,
+}
+
+/// The `schema_versions` table of a schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveVersions {
+    /// Whether the role may `SELECT` from it.
+    pub readable: bool,
+    /// Its rows, oldest version first; `None` when the role may not read
+    /// them, or the table lacks a column the model declares.
+    pub rows: Option<Vec<schema_model::SchemaVersionRecord>>,
 }
 
 /// The schema itself.
@@ -621,17 +697,21 @@ pub(crate) async fn explain(client: &Client, err: Error) -> Error {
     let Some(target) = err.lock_target().cloned() else {
         return err;
     };
+    match lock_holders(client, &target).await {
+        Some(holders) => err.with_lock_holders(holders),
+        None => err,
+    }
+}
+
+/// The sessions that hold or wait for a lock a wait on `target` conflicts
+/// with, in one round trip bounded to 2 s; `None` when the question fails.
+pub(crate) async fn lock_holders(client: &Client, target: &LockTarget) -> Option<Vec<LockHolder>> {
     let probe = format!(
         "SET LOCAL statement_timeout = '2s';\n{}",
-        holders_statement(&target)
+        holders_statement(target)
     );
-    let Ok(messages) = client.simple_query(&probe).await else {
-        return err;
-    };
-    match first_text(&messages).map(serde_json::from_str::<Vec<LockHolder>>) {
-        Some(Ok(holders)) => err.with_lock_holders(holders),
-        _ => err,
-    }
+    let messages = client.simple_query(&probe).await.ok()?;
+    first_text(&messages).and_then(|text| serde_json::from_str::<Vec<LockHolder>>(text).ok())
 }
 
 /// The sessions, other than this one, that hold or wait for a lock that a
@@ -648,6 +728,14 @@ fn holders_statement(target: &LockTarget) -> String {
                                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                                 WHERE n.nspname = {})",
             quote_literal(schema.as_str())
+        ),
+        LockTarget::Relation { schema, name } => format!(
+            "l.locktype = 'relation'
+             AND l.relation = (SELECT c.oid FROM pg_catalog.pg_class c
+                               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                               WHERE n.nspname = {} AND c.relname = {})",
+            quote_literal(schema.as_str()),
+            quote_literal(name)
         ),
         // A bigint advisory key shows as its high half in classid, its low
         // half in objid, and objsubid 1.

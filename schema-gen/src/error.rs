@@ -135,6 +135,120 @@ pub enum ErrorKind {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// The database is at an older schema version than this release's
+    /// model: an engine of this release cannot open it until `schema-gen
+    /// upgrade` moves it (online: the older engines keep working). Nothing
+    /// was changed.
+    #[error(
+        "schema {schema} is at schema version {found}{}, and this release works with version \
+         {model}: nothing was changed; upgrade it online with `schema-gen upgrade --schema \
+         {schema}` (engines of version {found} keep working until `schema-gen upgrade --contract`)",
+        if *recognised { " (recognised by its shape: its release did not record versions)" } else { "" }
+    )]
+    OlderVersion {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The newest version the database serves.
+        found: u32,
+        /// Whether `found` was recognised by the shape (releases before
+        /// version 3 record none).
+        recognised: bool,
+        /// This release's version.
+        model: u32,
+    },
+    /// The database is at a newer schema version than this release knows,
+    /// and no longer serves this release's version: an older engine never
+    /// writes into a schema it does not know. Nothing was changed.
+    #[error(
+        "schema {schema} is at schema version {found} (contracted to {contracted}), newer than \
+         this release's version {model}, which it no longer serves: nothing was changed; run \
+         this engine's newer release (one whose `schema-gen --version` says version {found})"
+    )]
+    NewerVersion {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The newest version the database is expanded to.
+        found: u32,
+        /// The newest version whose contract is done.
+        contracted: u32,
+        /// This release's version.
+        model: u32,
+    },
+    /// An upgrade to this release's version started and has not finished
+    /// (it is running, or was interrupted): engines of this release wait for
+    /// it. Nothing was changed.
+    #[error(
+        "schema {schema} is being upgraded to version {version} ({done} of {of} expand steps \
+         done): nothing was changed; wait for the upgrade, or if it was interrupted run \
+         `schema-gen upgrade --schema {schema}` again, which resumes it"
+    )]
+    UpgradeInProgress {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The version being expanded to.
+        version: u32,
+        /// Expand steps the catalog shows done.
+        done: usize,
+        /// All its expand steps.
+        of: usize,
+    },
+    /// The next version's expand changes what a pending contract still
+    /// has to change, so that contract must run first.
+    #[error(
+        "schema {schema}: version {next}'s expand changes objects that version {pending}'s \
+         contract still has to change, so that contract must run first: once no engine older \
+         than version {pending} runs, run `schema-gen upgrade --contract --schema {schema}`, \
+         then `schema-gen upgrade --schema {schema}` again; nothing else was changed"
+    )]
+    ContractFirst {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The version whose contract is pending.
+        pending: u32,
+        /// The version whose expand waits for it.
+        next: u32,
+    },
+    /// The contract was asked for while the database is not expanded to
+    /// this release's version.
+    #[error(
+        "schema {schema} cannot be contracted to version {model}: {reason}; nothing was changed"
+    )]
+    NotExpanded {
+        /// The engine schema.
+        schema: SchemaName,
+        /// This release's version.
+        model: u32,
+        /// Where the database stands instead, and what to run.
+        reason: String,
+    },
+    /// Another session is upgrading the schema.
+    #[error(
+        "another session is upgrading schema {schema} (it holds the upgrade lock, advisory lock \
+         {key}{}): nothing was changed; wait for it to finish, then run this again",
+        if holders.is_empty() { String::new() } else {
+            format!("; {}", holders.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+        }
+    )]
+    UpgradeLocked {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The upgrade lock's key.
+        key: i64,
+        /// The sessions holding it, as far as the role may see them.
+        holders: Vec<LockHolder>,
+    },
+    /// The role may not read the schema's `schema_versions` table, so the
+    /// version the database is at is unknown. Nothing was changed.
+    #[error(
+        "role {role} may not read {schema}.schema_versions, so the schema's version is unknown: \
+         nothing was changed; GRANT SELECT ON {schema}.schema_versions TO {role}"
+    )]
+    VersionsUnreadable {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The role that read the catalog.
+        role: String,
+    },
     /// Anything else (an unparsable database URL, a reply that could not be
     /// decoded, a bug in schema-gen).
     #[error("{message}")]
@@ -192,6 +306,14 @@ pub enum LockTarget {
     SchemaRelations {
         /// The engine schema.
         schema: SchemaName,
+    },
+    /// A table (or index) of the schema that an upgrade step locks: any
+    /// lock another session holds on it, or has queued for, conflicts.
+    Relation {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The table or index.
+        name: String,
     },
     /// The bootstrap's advisory lock
     /// ([`render::advisory_lock_key`](crate::render::advisory_lock_key)).
@@ -385,7 +507,8 @@ fn drift_message(schema: &SchemaName, differences: &[Difference]) -> String {
     let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
     format!(
         "schema {schema} differs from the model in {} way{}: {}; bootstrap refused and changed \
-         nothing (no migrations in v1: fix the objects by hand, or use a new schema name)",
+         nothing (the schema is no version this release knows, nor a step of an upgrade between \
+         two: fix the objects by hand, or use a new schema name)",
         differences.len(),
         if differences.len() == 1 { "" } else { "s" },
         list.join("; ")

@@ -28,6 +28,7 @@ pub mod error;
 pub mod options;
 pub mod render;
 pub mod statements;
+pub mod upgrade;
 pub mod verify;
 
 pub use bootstrap::{Outcome, bootstrap, bootstrap_with};

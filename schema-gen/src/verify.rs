@@ -51,7 +51,10 @@ use schema_model::description::pg_ident;
 use schema_model::{ColumnDescription, SchemaName, TableDescription, engine_family};
 
 use crate::Options;
-use crate::catalog::{self, LiveCatalog, LiveColumn, LiveRelation, LiveSequence};
+use crate::catalog::{
+    self, LiveCatalog, LiveColumn, LiveConstraint, LiveIndex, LiveOwner, LiveRelation, LiveSchema,
+    LiveSequence,
+};
 pub use crate::difference::Difference;
 use crate::error::{Error, one_line};
 use crate::render::{SCHEMA_DOC, TABLE_ACCESS_METHOD};
@@ -98,6 +101,7 @@ pub async fn verify_with(
 ///     schema: None,
 ///     relations: vec![],
 ///     objects: vec![],
+///     versions: None,
 /// };
 /// let schema = SchemaName::new("alk").unwrap();
 /// assert_eq!(
@@ -502,6 +506,97 @@ fn comment(out: &mut Vec<Difference>, object: String, found: &Option<String>, ex
     }
 }
 
+/// The catalog PostgreSQL would report for a schema holding exactly `tables`
+/// (their columns, indexes, constraints, storage parameters, comments and
+/// identity sequences), with the schema's own comment: what [`compare`]
+/// finds no difference in. Upgrade planning compares the shapes of two
+/// versions through it.
+pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatalog {
+    let mut relations: Vec<LiveRelation> = tables
+        .iter()
+        .map(|t| LiveRelation {
+            name: t.name.clone(),
+            kind: "r".into(),
+            persistence: "p".into(),
+            access_method: Some("heap".into()),
+            options: t.storage_parameters.clone(),
+            comment: Some(t.doc.clone()),
+            columns: t
+                .columns
+                .iter()
+                .map(|c| LiveColumn {
+                    name: c.name.clone(),
+                    sql_type: c.sql_type.clone(),
+                    not_null: !c.nullable,
+                    identity: match c.identity.as_deref() {
+                        Some("always") => "a".into(),
+                        _ => String::new(),
+                    },
+                    generated: if c.generated.is_some() {
+                        "s".into()
+                    } else {
+                        String::new()
+                    },
+                    expression: c.generated.clone().or_else(|| c.default.clone()),
+                    comment: Some(c.doc.clone()),
+                    ..LiveColumn::default()
+                })
+                .collect(),
+            indexes: t
+                .indexes
+                .iter()
+                .map(|i| LiveIndex {
+                    name: i.name.clone(),
+                    definition: index_definition(schema, &t.name, &i.name, &i.definition),
+                    valid: true,
+                })
+                .collect(),
+            constraints: std::iter::once(&t.primary_key)
+                .chain(&t.checks)
+                .map(|c| LiveConstraint {
+                    name: c.name.clone(),
+                    constraint_type: if c.definition.starts_with("PRIMARY KEY") {
+                        "p".into()
+                    } else {
+                        "c".into()
+                    },
+                    definition: c.definition.clone(),
+                })
+                .collect(),
+            ..LiveRelation::default()
+        })
+        .collect();
+    // Each identity column's own sequence, as PostgreSQL names it.
+    for t in tables {
+        for c in t.columns.iter().filter(|c| c.identity.is_some()) {
+            relations.push(LiveRelation {
+                name: format!("{}_{}_seq", t.name, c.name),
+                kind: "S".into(),
+                persistence: "p".into(),
+                sequence: Some(LiveSequence {
+                    owner: Some(LiveOwner {
+                        table: t.name.clone(),
+                        column: c.name.clone(),
+                        identity: true,
+                    }),
+                    ..model_identity(&c.sql_type, "p")
+                }),
+                ..LiveRelation::default()
+            });
+        }
+    }
+    LiveCatalog {
+        role: "app".into(),
+        database: "app".into(),
+        schema: Some(LiveSchema {
+            comment: Some(SCHEMA_DOC.into()),
+        }),
+        relations,
+        objects: vec![],
+        versions: None,
+    }
+}
+
 /// Where a live column's value comes from, in SQL words.
 fn live_source(column: &LiveColumn) -> String {
     let expression = column.expression.as_deref().unwrap_or("?");
@@ -532,96 +627,11 @@ fn model_source(column: &ColumnDescription) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::catalog::{LiveConstraint, LiveIndex, LiveOwner, LiveSchema};
 
     /// The catalog PostgreSQL would report for a schema created from the
     /// model: the fixture every comparison test mutates.
     pub(crate) fn perfect(schema: &SchemaName) -> LiveCatalog {
-        let mut relations: Vec<LiveRelation> = engine_family()
-            .into_iter()
-            .map(|t| LiveRelation {
-                name: t.name.clone(),
-                kind: "r".into(),
-                persistence: "p".into(),
-                access_method: Some("heap".into()),
-                options: t.storage_parameters.clone(),
-                comment: Some(t.doc.clone()),
-                columns: t
-                    .columns
-                    .iter()
-                    .map(|c| LiveColumn {
-                        name: c.name.clone(),
-                        sql_type: c.sql_type.clone(),
-                        not_null: !c.nullable,
-                        identity: match c.identity.as_deref() {
-                            Some("always") => "a".into(),
-                            _ => String::new(),
-                        },
-                        generated: if c.generated.is_some() {
-                            "s".into()
-                        } else {
-                            String::new()
-                        },
-                        expression: c.generated.clone().or_else(|| c.default.clone()),
-                        comment: Some(c.doc.clone()),
-                        ..LiveColumn::default()
-                    })
-                    .collect(),
-                indexes: t
-                    .indexes
-                    .iter()
-                    .map(|i| LiveIndex {
-                        name: i.name.clone(),
-                        definition: format!(
-                            "CREATE INDEX {} ON {schema}.{} {}",
-                            i.name, t.name, i.definition
-                        ),
-                        valid: true,
-                    })
-                    .collect(),
-                constraints: std::iter::once(&t.primary_key)
-                    .chain(&t.checks)
-                    .map(|c| LiveConstraint {
-                        name: c.name.clone(),
-                        constraint_type: if c.definition.starts_with("PRIMARY KEY") {
-                            "p".into()
-                        } else {
-                            "c".into()
-                        },
-                        definition: c.definition.clone(),
-                    })
-                    .collect(),
-                ..LiveRelation::default()
-            })
-            .collect();
-        // Each identity column's own sequence, as PostgreSQL names it.
-        for t in engine_family() {
-            for c in t.columns.iter().filter(|c| c.identity.is_some()) {
-                relations.push(LiveRelation {
-                    name: format!("{}_{}_seq", t.name, c.name),
-                    kind: "S".into(),
-                    persistence: "p".into(),
-                    sequence: Some(LiveSequence {
-                        owner: Some(LiveOwner {
-                            table: t.name.clone(),
-                            column: c.name.clone(),
-                            identity: true,
-                        }),
-                        ..model_identity(&c.sql_type, "p")
-                    }),
-                    ..LiveRelation::default()
-                });
-            }
-        }
-        LiveCatalog {
-            role: "app".into(),
-            database: "app".into(),
-            schema: Some(LiveSchema {
-                comment: Some(SCHEMA_DOC.into()),
-            }),
-            relations,
-            objects: vec![],
-        }
+        catalog_of(schema, &engine_family())
     }
 
     fn schema() -> SchemaName {

@@ -6,14 +6,14 @@
 //! so a comparison with the live catalog is a comparison of equal strings.
 
 use sea_query::{DynIden, PostgresQueryBuilder, QuotedBuilder};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::table::{
     CheckRule, ColumnDefault, IndexPredicate, Order, StorageParameter, TableModel, TableVisitor,
 };
 
 /// One table of the family.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableDescription {
     /// The table's name.
     pub name: String,
@@ -28,11 +28,13 @@ pub struct TableDescription {
     /// Named `CHECK` constraints.
     pub checks: Vec<ConstraintDescription>,
     /// Storage parameters as `pg_class.reloptions` lists them (`fillfactor=70`).
+    /// (Absent from the descriptions of versions that declared none.)
+    #[serde(default)]
     pub storage_parameters: Vec<String>,
 }
 
 /// One column.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColumnDescription {
     /// The column's name.
     pub name: String,
@@ -51,7 +53,7 @@ pub struct ColumnDescription {
 }
 
 /// One index.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexDescription {
     /// The index's name.
     pub name: String,
@@ -63,7 +65,7 @@ pub struct IndexDescription {
 }
 
 /// One named constraint (primary key or `CHECK`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConstraintDescription {
     /// The constraint's name.
     pub name: String,

@@ -20,15 +20,16 @@
 //! read back would no longer be byte-identical to the one written, and the
 //! contract that payloads round-trip unchanged would break silently.
 //!
-//! # No migration machinery in v1
+//! # Versions and upgrades
 //!
-//! Tables are created fresh per schema name. There is no version table and no
-//! `ALTER`: an existing schema whose shape differs from this model is refused
-//! with the list of differences (drift is detected by comparing the live
-//! catalog with the model, not by names alone). Append-only column migrations
-//! can be added when the deployment story needs in-place upgrades; until then
-//! a changed model means a new schema name, which keeps every database either
-//! exactly the model or loudly not.
+//! Every shipped schema is a version ([`history`]): the model renders
+//! [`history::MODEL_VERSION`], the database records the version it is at
+//! ([`SchemaVersions`]), and a database at an older version moves to the
+//! model online with `schema-gen upgrade` (expand, then contract), planned
+//! from the difference between the versions' shapes and the hints each
+//! version declares. Drift is still detected by comparing the live catalog
+//! with the shape the recorded version says it has: a database is exactly
+//! a known version (or a known step of an upgrade), or loudly not.
 //!
 //! # The families
 //!
@@ -43,6 +44,7 @@
 //! | [`Schedules`] | an `@every` schedule |
 //! | [`Locks`] | a TTL lock with a fencing token |
 //! | [`ConsumedEvents`] | a consumer's dedup-ledger entry |
+//! | [`SchemaVersions`] | a schema version the database has reached |
 //!
 //! The ClickHouse analytics family ([`analytics`], one database,
 //! [`DatabaseName`]): [`WebhookAttempts`], one
@@ -56,7 +58,7 @@
 //! let names: Vec<String> = engine_family().into_iter().map(|t| t.name).collect();
 //! assert_eq!(
 //!     names,
-//!     ["jobs", "dead_jobs", "stream_events", "stream_offsets", "schedules", "locks", "consumed_events"]
+//!     ["jobs", "dead_jobs", "stream_events", "stream_offsets", "schedules", "locks", "consumed_events", "schema_versions"]
 //! );
 //! ```
 
@@ -65,13 +67,14 @@
 pub mod analytics;
 pub mod consumed_events;
 pub mod dead_jobs;
-pub mod history;
 pub mod description;
+pub mod history;
 pub mod jobs;
 pub mod locks;
 pub mod name;
 pub mod schedules;
 pub mod schema_name;
+pub mod schema_versions;
 pub mod streams;
 pub mod table;
 
@@ -91,6 +94,7 @@ pub use locks::{Lock, Locks};
 pub use name::{NameDialect, NameError, NameRule};
 pub use schedules::{Schedule, ScheduleOpts, Schedules};
 pub use schema_name::{ReservedSchema, SchemaName, SchemaNameError, SchemaNameRule};
+pub use schema_versions::{SchemaVersionRecord, SchemaVersions};
 pub use streams::{ConsumerOffset, StreamEvent, StreamEvents, StreamOffsets};
 pub use table::{
     CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
@@ -107,6 +111,7 @@ pub fn visit_engine_family<V: TableVisitor>(visitor: &mut V) {
     visitor.visit::<Schedules>();
     visitor.visit::<Locks>();
     visitor.visit::<ConsumedEvents>();
+    visitor.visit::<SchemaVersions>();
 }
 
 /// The engine family described in plain data, in creation order.

@@ -12,7 +12,8 @@ use schema_model::SchemaName;
 use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name, write_out};
 use crate::connect::Environment;
 use crate::error::{self, ErrorKind};
-use crate::verify::{Difference, verify_with};
+use crate::upgrade::{Status, status};
+use crate::verify::Difference;
 use crate::{Options, Outcome, bootstrap_with};
 
 /// Where `apply` and `check` connect, which schema they look at, and how
@@ -40,7 +41,7 @@ pub struct DatabaseArgs {
 
 /// `300ms`, `5s`, `1m 30s`, ...: jiff's friendly duration format. Zero is
 /// refused: PostgreSQL reads a zero `lock_timeout` as "wait forever".
-fn parse_lock_timeout(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_lock_timeout(text: &str) -> Result<Duration, String> {
     let duration = jiff::fmt::friendly::SpanParser::new()
         .parse_unsigned_duration(text)
         .map_err(|err| format!("{err} (write e.g. 300ms, 5s or 1m)"))?;
@@ -70,7 +71,7 @@ pub(super) enum Action {
 /// What a database command found.
 enum Report {
     Applied(Outcome),
-    Checked(Vec<Difference>),
+    Checked(Status),
 }
 
 /// Runs `apply` or `check`. The schema name is validated, and the connection
@@ -114,9 +115,7 @@ pub(super) fn run(
             Action::Apply => bootstrap_with(&mut client, &schema, &bounds)
                 .await
                 .map(Report::Applied),
-            Action::Check => verify_with(&client, &schema, &bounds)
-                .await
-                .map(Report::Checked),
+            Action::Check => status(&client, &schema, &bounds).await.map(Report::Checked),
         }
     });
     let json = args.format == ReportFormat::Json;
@@ -125,26 +124,15 @@ pub(super) fn run(
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
         // Comments do not change what the engine reads or writes: a check
         // that finds nothing but stale or missing ones passes, and lists them.
-        Ok(Report::Checked(differences)) if json => {
-            let code = if differences.iter().all(Difference::is_comment) {
+        Ok(Report::Checked(status)) if json => {
+            let code = if status.passes() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(EXIT_DRIFT)
             };
-            (report::check_json(&schema, &differences), code)
+            (report::check_json(&schema, &status), code)
         }
-        Ok(Report::Checked(differences)) if differences.is_empty() => (
-            format!("schema {schema} matches the model\n"),
-            ExitCode::SUCCESS,
-        ),
-        Ok(Report::Checked(differences)) if differences.iter().all(Difference::is_comment) => (
-            report::comments_text(&schema, &differences),
-            ExitCode::SUCCESS,
-        ),
-        Ok(Report::Checked(differences)) => (
-            report::differences_text(&schema, &differences, "differs from the model"),
-            ExitCode::from(EXIT_DRIFT),
-        ),
+        Ok(Report::Checked(status)) => report::check_text(&schema, &status),
         Err(err) => {
             if let ErrorKind::Drift { differences, .. } = err.kind() {
                 return refused(&schema, differences, json, stdout, stderr);

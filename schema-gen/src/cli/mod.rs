@@ -8,6 +8,7 @@ mod database;
 mod family;
 mod report;
 mod statements;
+mod upgrade;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ use crate::connect::Environment;
 pub use database::{DatabaseArgs, ReportFormat};
 pub use family::TargetArgs;
 pub use statements::{StatementsArgs, StatementsFormat};
+pub use upgrade::UpgradeArgs;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -38,6 +40,10 @@ Examples:
   PGHOST=db PGUSER=app PGDATABASE=app PGSSLMODE=require schema-gen check --format json
                                               libpq's PG* variables and ~/.pgpass, as psql reads them
   schema-gen statements --format json         the engine's hot-path statements, their $n parameters and the claim path
+  schema-gen upgrade --dry-run                the steps that move an older database to this release's
+                                              version, as a psql script (nothing is changed)
+  schema-gen upgrade                          run them online, with progress; the older engines keep working
+  schema-gen upgrade --contract               once no older engine runs: remove what only they needed
 
   schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
                                               the session that holds it)
@@ -86,6 +92,12 @@ pub enum Command {
     /// Print every hot-path statement the engine runs, with its $n
     /// placeholders and its parameters' names and types.
     Statements(StatementsArgs),
+    /// Move a database at an older schema version to this release's version
+    /// online (expand: the older engines keep working), or with --contract
+    /// remove what only the older engines needed; --dry-run prints the plan
+    /// as a psql script. Exit 0 at this release's version, 1 when drift
+    /// outside any known version blocks it (nothing changed), 2 on errors.
+    Upgrade(UpgradeArgs),
 }
 
 /// Which table family (and SQL dialect) a command is about.
@@ -178,6 +190,7 @@ where
             print(family::describe(&target, format), stdout, stderr)
         }
         Command::Statements(args) => print(statements::statements(&args), stdout, stderr),
+        Command::Upgrade(args) => upgrade::run(&args, env, stdout, stderr),
     }
 }
 

@@ -9,6 +9,7 @@ use schema_model::SchemaName;
 use serde::Serialize;
 
 use crate::Outcome;
+use crate::upgrade::Status;
 use crate::verify::Difference;
 
 /// One difference, as the JSON reports it.
@@ -36,6 +37,7 @@ struct CheckReport<'a> {
     schema: &'a str,
     matches: bool,
     differences: Vec<DifferenceReport<'a>>,
+    version: &'a Status,
 }
 
 /// `apply --format json`: what was done, or why nothing was.
@@ -54,6 +56,22 @@ enum ApplyReport<'a> {
     AlreadyCurrent {
         schema: &'a str,
         stale_comments: Vec<DifferenceReport<'a>>,
+        message: String,
+    },
+    /// Nothing to do: the schema serves this release with its contract
+    /// pending.
+    ContractPending {
+        schema: &'a str,
+        version: u32,
+        oldest_served: u32,
+        stale_comments: Vec<DifferenceReport<'a>>,
+        message: String,
+    },
+    /// Nothing to do: a newer version that still serves this release.
+    ServedByNewer {
+        schema: &'a str,
+        found: u32,
+        model: u32,
         message: String,
     },
     /// Drift: apply refused and changed nothing.
@@ -76,11 +94,16 @@ fn json(value: &impl Serialize) -> String {
 ///
 /// `matches` is true when nothing but documentation differs: comments never
 /// change what the engine reads or writes, and `check` then exits 0.
-pub(super) fn check_json(schema: &SchemaName, found: &[Difference]) -> String {
+/// `version` says where the database stands (`state`, `found`,
+/// `contracted`, `model`, `serves_model`, `message`); `matches` is whether
+/// `check` passes (the database serves this release and has the shape its
+/// version implies), and `differences` are from that shape.
+pub(super) fn check_json(schema: &SchemaName, status: &Status) -> String {
     json(&CheckReport {
         schema: schema.as_str(),
-        matches: found.iter().all(Difference::is_comment),
-        differences: differences(found),
+        matches: status.passes(),
+        differences: differences(&status.differences),
+        version: status,
     })
 }
 
@@ -106,6 +129,28 @@ pub(super) fn apply_json(outcome: &Outcome) -> String {
         } => ApplyReport::AlreadyCurrent {
             schema: schema.as_str(),
             stale_comments: differences(stale_comments),
+            message,
+        },
+        Outcome::ContractPending {
+            schema,
+            version,
+            oldest_served,
+            stale_comments,
+        } => ApplyReport::ContractPending {
+            schema: schema.as_str(),
+            version: *version,
+            oldest_served: *oldest_served,
+            stale_comments: differences(stale_comments),
+            message,
+        },
+        Outcome::ServedByNewer {
+            schema,
+            found,
+            model,
+        } => ApplyReport::ServedByNewer {
+            schema: schema.as_str(),
+            found: *found,
+            model: *model,
             message,
         },
     })
@@ -160,4 +205,46 @@ pub(super) fn comments_text(schema: &SchemaName, differences: &[Difference]) -> 
         out.push_str(&format!("  {difference}\n"));
     }
     out
+}
+
+/// What `check` prints, and its exit code: where the database stands (one
+/// line), then the differences from the shape that position implies, if
+/// any. It passes (exit 0) when the database serves this release and has
+/// that shape; comments that differ are listed as documentation only.
+pub(super) fn check_text(schema: &SchemaName, status: &Status) -> (String, std::process::ExitCode) {
+    let code = if status.passes() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(super::EXIT_DRIFT)
+    };
+    let drift = status.differences.iter().any(|d| !d.is_comment());
+    let text = match (status.state, drift) {
+        (crate::upgrade::VersionState::Current, false) if status.differences.is_empty() => {
+            format!("{}\n", status.message)
+        }
+        (crate::upgrade::VersionState::Current, false) => {
+            comments_text(schema, &status.differences)
+        }
+        (crate::upgrade::VersionState::Current | crate::upgrade::VersionState::Unknown, true)
+        | (crate::upgrade::VersionState::Missing, _) => {
+            differences_text(schema, &status.differences, "differs from the model")
+        }
+        (_, true) => {
+            let mut out = format!("{}\n", status.message);
+            out.push_str(&differences_text(
+                schema,
+                &status.differences,
+                "differs from the shape its version implies",
+            ));
+            out
+        }
+        (_, false) => {
+            let mut out = format!("{}\n", status.message);
+            for difference in &status.differences {
+                out.push_str(&format!("  {difference} (documentation only)\n"));
+            }
+            out
+        }
+    };
+    (text, code)
 }
