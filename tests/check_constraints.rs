@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 
 use schema_model::{
-    CheckRule, ConsumedEvents, DeadJobs, Jobs, Locks, Schedules, SchemaName, StreamEvents,
-    StreamOffsets, TableModel, engine_family,
+    CheckRule, ConsumedEvents, DeadJobs, Jobs, Locks, Schedules, SchemaName, SchemaVersions,
+    StreamEvents, StreamOffsets, TableModel, engine_family,
 };
 use sea_query::{Expr, PostgresQueryBuilder, Query};
 use tokio_postgres::Client;
@@ -213,6 +213,19 @@ async fn every_named_check_refuses_a_violating_row_by_its_name() {
                 (ConsumedEvents::Consumer, "'c'"),
                 (ConsumedEvents::EventId, "'e'"),
                 (ConsumedEvents::ConsumedAt, "1"),
+            ],
+        )
+        .await,
+        every_check_refuses(
+            &client,
+            &schema,
+            &[
+                // Not the version the bootstrap recorded (3): the key is free.
+                (SchemaVersions::Version, "7"),
+                (SchemaVersions::Release, "'schema-gen 9'"),
+                (SchemaVersions::StartedAt, "1"),
+                (SchemaVersions::ExpandedAt, "2"),
+                (SchemaVersions::ContractedAt, "3"),
             ],
         )
         .await,

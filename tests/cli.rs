@@ -102,7 +102,8 @@ fn describe_json_is_the_family_for_tools() {
             "stream_offsets",
             "schedules",
             "locks",
-            "consumed_events"
+            "consumed_events",
+            "schema_versions"
         ]
     );
     let claim = &json["tables"][0]["indexes"][0];

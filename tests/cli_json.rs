@@ -50,7 +50,7 @@ fn json_reports() {
     assert_eq!((code, stderr.as_str()), (ExitCode::SUCCESS, ""), "{stdout}");
     let created = json(&stdout);
     assert_eq!(created["outcome"], "created");
-    assert_eq!(created["tables_created"].as_array().map(Vec::len), Some(7));
+    assert_eq!(created["tables_created"].as_array().map(Vec::len), Some(8));
     // The statement count follows the model; the snapshot is about the shape.
     let statements = created["statements_run"]
         .as_u64()
@@ -72,7 +72,11 @@ fn json_reports() {
     assert_eq!(code, ExitCode::SUCCESS);
     assert_eq!(
         json(&stdout),
-        json(r#"{"schema": "<schema>", "matches": true, "differences": []}"#)
+        json(
+            r#"{"schema": "<schema>", "matches": true, "differences": [], "version": {
+                "state": "current", "found": 3, "contracted": 3, "model": 3,
+                "serves_model": true, "message": "schema <schema> matches the model (version 3)"}}"#
+        )
     );
 
     // A shape difference and a comment difference.

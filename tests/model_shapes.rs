@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 
 use schema_model::{
     ConsumedEvent, ConsumedEvents, ConsumerOffset, DeadJob, DeadJobs, Job, Jobs, Lock, Locks,
-    QueueOpts, Schedule, ScheduleOpts, Schedules, SqlType, StreamEvent, StreamEvents,
-    StreamOffsets, TableModel, engine_family,
+    QueueOpts, Schedule, ScheduleOpts, Schedules, SchemaVersionRecord, SchemaVersions, SqlType,
+    StreamEvent, StreamEvents, StreamOffsets, TableModel, engine_family,
 };
 use sea_query::Iden;
 use serde::Serialize;
@@ -123,6 +123,7 @@ fn every_table_of_the_family_has_a_value_shape_tied_to_its_columns() {
         tie::<Schedule, Schedules>(&[], &[]),
         tie::<Lock, Locks>(&[], &[]),
         tie::<ConsumedEvent, ConsumedEvents>(&[], &[]),
+        tie::<SchemaVersionRecord, SchemaVersions>(&[], &[]),
     ]
     .into_iter()
     .collect();

@@ -47,7 +47,10 @@ fn sql_piped_into_psql_twice_then_check_is_clean_and_bootstrap_is_current() {
     let url = harness::database_url();
     let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);
     assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
-    assert_eq!(checked.stdout, format!("schema {raw} matches the model\n"));
+    assert_eq!(
+        checked.stdout,
+        format!("schema {raw} matches the model (version 3)\n")
+    );
     assert_eq!(checked.stderr, "");
 
     let schema = SchemaName::new(&raw).unwrap();
@@ -91,7 +94,7 @@ fn apply_creates_check_exits_1_on_drift_and_apply_refuses_it() {
     assert!(
         applied
             .stdout
-            .starts_with(&format!("created schema {raw} with 7 tables")),
+            .starts_with(&format!("created schema {raw} with 8 tables")),
         "{}",
         applied.stdout
     );
@@ -317,7 +320,7 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
     assert_eq!(
         checked.stdout,
-        format!("schema {plain} matches the model\n")
+        format!("schema {plain} matches the model (version 3)\n")
     );
 
     // The documented DBA path: the DBA creates the schema and grants, the
@@ -342,7 +345,7 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
     assert!(
         applied.stdout.starts_with(&format!(
-            "created 7 missing tables in existing schema {dba}"
+            "created 8 missing tables in existing schema {dba}"
         )),
         "{}",
         applied.stdout

@@ -70,7 +70,7 @@ use crate::Options;
 use crate::catalog::{self, LiveCatalog};
 use crate::error::{Context, Error, ErrorKind, LockTarget, Step, classify};
 use crate::render::{self, Statement, StatementKind};
-use crate::upgrade::{History, Position, locate, record};
+use crate::upgrade::{History, Position, locate};
 use crate::verify::{Difference, compare};
 
 /// What [`bootstrap`] did.
@@ -482,19 +482,6 @@ async fn create_in<C: GenericClient + Sync>(
             .await
             .map_err(|err| classify(err, &step, context))?;
     }
-    if before.versions.is_none() {
-        // The version table was created just now: this is the model's version.
-        let step = Step {
-            doing: format!("recording schema {schema} at version {MODEL_VERSION}"),
-            privilege: Some(format!("ownership of table {schema}.schema_versions")),
-            in_transaction: true,
-            ..Step::default()
-        };
-        tx.batch_execute(&record::reached(schema, MODEL_VERSION, &record::release()))
-            .await
-            .map_err(|err| classify(err, &step, context))?;
-    }
-
     let after = catalog::read_in_transaction(tx, schema, options, context).await?;
     let known = compare(&before, schema, model);
     let left: Vec<Difference> = compare(&after, schema, model)
@@ -568,6 +555,7 @@ fn statement_step(
         StatementKind::CreateTable => "CREATE TABLE",
         StatementKind::CreateIndex => "CREATE INDEX",
         StatementKind::Comment => "COMMENT",
+        StatementKind::RecordVersion => "INSERT (the schema's version)",
     };
     let privilege = match (statement.kind, &planned.table) {
         (StatementKind::CreateSchema, _) => format!("CREATE on database {database}"),
@@ -620,9 +608,14 @@ mod tests {
             Some("CREATE on database d")
         );
         assert!(
-            assess(&live, &schema(), &engine_family())
-                .unwrap()
-                .is_none()
+            assess(
+                &live,
+                &schema(),
+                &engine_family(),
+                &History::load().unwrap()
+            )
+            .unwrap()
+            .is_none()
         );
     }
 
@@ -650,9 +643,14 @@ mod tests {
             Some("ownership of table alk.locks")
         );
         assert!(
-            assess(&live, &schema(), &engine_family())
-                .unwrap()
-                .is_none()
+            assess(
+                &live,
+                &schema(),
+                &engine_family(),
+                &History::load().unwrap()
+            )
+            .unwrap()
+            .is_none()
         );
     }
 
@@ -661,7 +659,14 @@ mod tests {
         let mut live = perfect(&schema());
         assert!(plan(&live, render::bootstrap_statements(&schema())).is_empty());
         live.relations[0].comment = Some("old doc".into());
-        match assess(&live, &schema(), &engine_family()).unwrap() {
+        match assess(
+            &live,
+            &schema(),
+            &engine_family(),
+            &History::load().unwrap(),
+        )
+        .unwrap()
+        {
             Some(Outcome::AlreadyCurrent { stale_comments, .. }) => {
                 assert_eq!(stale_comments.len(), 1)
             }
@@ -674,7 +679,13 @@ mod tests {
         let mut live = perfect(&schema());
         live.relations.retain(|r| r.name != "locks");
         live.relations[0].columns.pop();
-        let err = assess(&live, &schema(), &engine_family()).unwrap_err();
+        let err = assess(
+            &live,
+            &schema(),
+            &engine_family(),
+            &History::load().unwrap(),
+        )
+        .unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::Drift { .. }), "{err}");
         assert_eq!(err.differences().len(), 2, "{err}");
     }

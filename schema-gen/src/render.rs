@@ -25,8 +25,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use schema_model::{
-    CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SqlType, StorageParameter,
-    TableModel, TableVisitor, visit_engine_family,
+    CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SchemaVersions, SqlType,
+    StorageParameter, TableModel, TableVisitor, visit_engine_family,
 };
 
 use crate::Options;
@@ -43,6 +43,9 @@ pub enum StatementKind {
     CreateIndex,
     /// `COMMENT ON SCHEMA | TABLE | COLUMN`.
     Comment,
+    /// The `INSERT` that records the model's version in a new
+    /// `schema_versions` table.
+    RecordVersion,
 }
 
 /// One statement of the bootstrap, without its terminating `;`.
@@ -83,6 +86,13 @@ pub fn bootstrap_statements(schema: &SchemaName) -> Vec<Statement> {
         ],
     };
     visit_engine_family(&mut renderer);
+    // Last, right after the version table's own statements: a schema
+    // created from scratch is at the model's version.
+    renderer.statements.push(Statement {
+        kind: StatementKind::RecordVersion,
+        object: SchemaVersions::table_name(),
+        sql: crate::upgrade::record::created(schema),
+    });
     renderer.statements
 }
 

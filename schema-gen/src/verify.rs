@@ -48,12 +48,16 @@
 use tokio_postgres::Client;
 
 use schema_model::description::pg_ident;
-use schema_model::{ColumnDescription, SchemaName, TableDescription, engine_family};
+use schema_model::history::MODEL_VERSION;
+use schema_model::{
+    ColumnDescription, SchemaName, SchemaVersionRecord, SchemaVersions, TableDescription,
+    TableModel, engine_family,
+};
 
 use crate::Options;
 use crate::catalog::{
     self, LiveCatalog, LiveColumn, LiveConstraint, LiveIndex, LiveOwner, LiveRelation, LiveSchema,
-    LiveSequence,
+    LiveSequence, LiveVersions,
 };
 pub use crate::difference::Difference;
 use crate::error::{Error, one_line};
@@ -591,9 +595,22 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
         schema: Some(LiveSchema {
             comment: Some(SCHEMA_DOC.into()),
         }),
+        // A schema holding the version table records the model's version, whole.
+        versions: tables
+            .iter()
+            .any(|t| t.name == SchemaVersions::table_name())
+            .then(|| LiveVersions {
+                readable: true,
+                rows: Some(vec![SchemaVersionRecord {
+                    version: i32::try_from(MODEL_VERSION).unwrap_or(i32::MAX),
+                    release: "schema-gen".into(),
+                    started_at: 0,
+                    expanded_at: Some(0),
+                    contracted_at: Some(0),
+                }]),
+            }),
         relations,
         objects: vec![],
-        versions: None,
     }
 }
 
@@ -826,6 +843,4 @@ pub(crate) mod tests {
             ]
         );
     }
-
-    use schema_model::TableModel as _;
 }

@@ -490,11 +490,13 @@ async fn expand_all(
         runner
             .transaction(
                 client,
-                &statements,
-                &format!("creating {schema}.schema_versions"),
-                None,
-                false,
-                None,
+                Transaction {
+                    statements: &statements,
+                    doing: &format!("creating {schema}.schema_versions"),
+                    target: None,
+                    wait_long: false,
+                    step: None,
+                },
                 progress,
             )
             .await?;
@@ -714,6 +716,18 @@ impl UpgradeLock {
     }
 }
 
+/// Statements to run in one transaction, and how to word and bound it.
+struct Transaction<'a> {
+    statements: &'a [String],
+    doing: &'a str,
+    /// The lock a wait is for, to name its holder.
+    target: Option<LockTarget>,
+    /// Whether the wait blocks no engine statement (then it may be long).
+    wait_long: bool,
+    /// The step, to report retries.
+    step: Option<&'a Step>,
+}
+
 struct Runner<'a> {
     schema: &'a SchemaName,
     options: &'a UpgradeOptions,
@@ -780,13 +794,16 @@ impl Runner<'_> {
     async fn transaction(
         &self,
         client: &Client,
-        statements: &[String],
-        doing: &str,
-        target: Option<LockTarget>,
-        wait_long: bool,
-        step: Option<&Step>,
+        work: Transaction<'_>,
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<(), Error> {
+        let Transaction {
+            statements,
+            doing,
+            target,
+            wait_long,
+            step,
+        } = work;
         let (lock, lock_words, statement_words) = self.bounds(wait_long);
         let batch = format!(
             "BEGIN; SET LOCAL lock_timeout = '{lock_words}'; SET LOCAL statement_timeout = \
@@ -903,11 +920,13 @@ impl Runner<'_> {
                 let wait_long = matches!(step.action, Action::ValidateConstraint { .. });
                 self.transaction(
                     client,
-                    &statements,
-                    &doing,
-                    Some(target),
-                    wait_long,
-                    Some(step),
+                    Transaction {
+                        statements: &statements,
+                        doing: &doing,
+                        target: Some(target),
+                        wait_long,
+                        step: Some(step),
+                    },
                     progress,
                 )
                 .await

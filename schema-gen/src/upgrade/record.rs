@@ -4,6 +4,7 @@
 
 use sea_query::{Alias, Expr, ExprTrait, OnConflict, PostgresQueryBuilder, Query};
 
+use schema_model::history::MODEL_VERSION;
 use schema_model::{SchemaName, SchemaVersions};
 
 /// The release that writes a row: `schema-gen 0.3.0`.
@@ -54,6 +55,49 @@ pub fn reached(schema: &SchemaName, version: u32, release: &str) -> String {
                 .to_owned(),
         )
         .to_string(PostgresQueryBuilder)
+}
+
+/// Records, in a `schema_versions` table that holds no row yet (one just
+/// created by a bootstrap or its printed script), that the schema is at the
+/// model's version, whole. On a table that holds rows it records nothing:
+/// re-running the script never rewrites a database's history.
+///
+/// ```
+/// use schema_gen::upgrade::record;
+/// use schema_model::SchemaName;
+///
+/// let sql = record::created(&SchemaName::new("s").unwrap());
+/// assert!(sql.starts_with(r#"INSERT INTO "s"."schema_versions" ("version", "release", "started_at", "expanded_at", "contracted_at") SELECT 3, "#), "{sql}");
+/// assert!(sql.ends_with(r#"WHERE NOT EXISTS(SELECT 1 FROM "s"."schema_versions")"#), "{sql}");
+/// ```
+pub fn created(schema: &SchemaName) -> String {
+    let mut select = Query::select();
+    select
+        .expr(Expr::val(i64::from(MODEL_VERSION)))
+        .expr(Expr::val(release()))
+        .expr(now())
+        .expr(now())
+        .expr(now())
+        .and_where(
+            Expr::exists(
+                Query::select()
+                    .expr(Expr::val(1))
+                    .from(table(schema))
+                    .to_owned(),
+            )
+            .not(),
+        );
+    let mut insert = Query::insert();
+    insert.into_table(table(schema)).columns([
+        SchemaVersions::Version,
+        SchemaVersions::Release,
+        SchemaVersions::StartedAt,
+        SchemaVersions::ExpandedAt,
+        SchemaVersions::ContractedAt,
+    ]);
+    // The column list and the select list have the same five entries.
+    let _ = insert.select_from(select);
+    insert.to_string(PostgresQueryBuilder)
 }
 
 /// Records that the upgrade to `version` started (its expand steps run next).

@@ -262,9 +262,9 @@ pub fn version_statements(
 /// for the rerun or the contract), set through the key.
 ///
 /// ```text
-/// UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY(
+/// UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY (
 ///   SELECT "id" FROM "s"."jobs" WHERE "id" >= $1 AND "id" < $2
-///     AND NOT "ready" AND ("claimed_at" IS NOT NULL OR "run_at" <= $3)
+///     AND (NOT "ready") AND ("claimed_at" IS NOT NULL OR "run_at" <= $3)
 ///   FOR UPDATE SKIP LOCKED))
 /// ```
 pub fn batch_statement(schema: &SchemaName, backfill: &Backfill) -> BatchStatement {
@@ -334,7 +334,7 @@ mod tests {
         let statement = batch_statement(&schema, &v2.hints.backfills[0]);
         assert_eq!(
             statement.sql,
-            r#"UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY (SELECT "id" FROM "s"."jobs" WHERE "id" >= $1 AND "id" < $2 AND (NOT "ready" AND ("claimed_at" IS NOT NULL OR "run_at" <= $3)) FOR UPDATE SKIP LOCKED))"#
+            r#"UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY (SELECT "id" FROM "s"."jobs" WHERE "id" >= $1 AND "id" < $2 AND (NOT "ready") AND ("claimed_at" IS NOT NULL OR "run_at" <= $3) FOR UPDATE SKIP LOCKED))"#
         );
         assert_eq!(statement.placeholders, 3);
         assert_eq!(statement.values(1, 5001, 9), [1, 5001, 9]);
