@@ -9,6 +9,7 @@ pub mod clickhouse;
 pub mod dump;
 pub mod engine;
 pub mod explain;
+pub mod history;
 pub mod names;
 pub mod pg;
 pub mod pgbouncer;

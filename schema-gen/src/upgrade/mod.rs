@@ -628,13 +628,23 @@ async fn finish(
         .as_ref()
         .is_none_or(|p| p.phase == Phase::Contract && p.done == 0);
     if !located.matches() || !settled {
-        let mut differences = located.differences.clone();
-        differences.retain(|d| !d.is_comment());
-        return Err(ErrorKind::CreatedDiffers {
-            schema: schema.clone(),
-            differences,
-        }
-        .into());
+        let list: Vec<String> = located
+            .differences
+            .iter()
+            .filter(|d| !d.is_comment())
+            .map(ToString::to_string)
+            .collect();
+        return Err(other(format!(
+            "the upgrade steps of schema {schema} ran, but the catalog is not the shape they \
+             should make: {}; something in this database changes objects as they are altered \
+             (an event trigger?), or another session changed them meanwhile; what ran stays \
+             done: check the differences with `schema-gen check --schema {schema}`",
+            if list.is_empty() {
+                "the recorded versions do not say where it stands".to_owned()
+            } else {
+                list.join("; ")
+            }
+        )));
     }
     Ok(UpgradeOutcome {
         schema: schema.to_string(),

@@ -237,9 +237,31 @@ pub fn locate(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Loc
         return found(Position::Recorded(recorded), Vec::new());
     }
     let (candidates, phase_version, phase) = candidates(&recorded, history);
+    // An index build or drop `CONCURRENTLY` that was interrupted leaves the
+    // index invalid; the phase's rerun drops and rebuilds (or drops) it, so
+    // it is a step under way, not drift.
+    let rebuilt: Vec<String> = phase
+        .and_then(|phase| {
+            history.plan_to(phase_version).map(|plan| match phase {
+                plan::Phase::Expand => plan.expand.clone(),
+                plan::Phase::Contract => plan.contract.clone(),
+            })
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|step| match step.action {
+            plan::Action::CreateIndex { index, .. } | plan::Action::DropIndex { index } => {
+                Some(index)
+            }
+            _ => None,
+        })
+        .collect();
     let mut best: Option<(usize, Vec<Difference>)> = None;
     for (done, shape) in candidates.iter().enumerate() {
-        let differences = compare(live, schema, shape);
+        let mut differences = compare(live, schema, shape);
+        differences.retain(
+            |d| !matches!(d, Difference::InvalidIndex { index, .. } if rebuilt.contains(index)),
+        );
         let drift = differences.iter().filter(|d| !d.is_comment()).count();
         if best
             .as_ref()
