@@ -202,6 +202,9 @@ async fn fill(client: &Client, schema: &SchemaName, version: u32) {
     exec(client, &sql).await;
 }
 
+/// Per step (by its words): the step and every lock mode it was seen with.
+type SeenLocks = BTreeMap<String, (Step, Vec<String>)>;
+
 /// Every progress event of a run, for assertions.
 #[derive(Clone, Default)]
 struct Recorder(Arc<Mutex<Vec<Progress>>>);
@@ -876,7 +879,7 @@ async fn each_step_takes_at_most_the_lock_it_declares() {
         .unwrap()
         .get(0);
     let current: Arc<Mutex<Option<Step>>> = Arc::default();
-    let seen: Arc<Mutex<BTreeMap<String, (Step, Vec<String>)>>> = Arc::default();
+    let seen: Arc<Mutex<SeenLocks>> = Arc::default();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
 
     // Before each step runs, the watcher takes hold of the tables again and
