@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use harness::citus::{CITUS_VERSION, citus_installed, cluster, task_counts};
+use harness::citus::{CITUS_VERSION, citus_installed, cluster, expected_version, task_counts};
 use harness::engine::engine_schema;
 use harness::{describe_error, rows};
 use schema_gen::render::quote_literal;
@@ -117,4 +117,15 @@ fn a_server_without_citus_is_refused_with_the_install_step() {
         why.contains("/nonexistent/postgresql/lib/citus.so"),
         "{why}"
     );
+}
+
+#[test]
+fn another_citus_version_is_refused_with_the_install_step() {
+    let why = expected_version("Citus 12.1.5 on x86_64-pc-linux-gnu, compiled by gcc")
+        .expect_err("12.1.5 is not the version the tests expect");
+    assert!(why.contains("Citus 12.1.5"), "{why}");
+    assert!(why.contains("bash .ci/install-citus"), "{why}");
+    // A version that merely starts with the expected digits is not it either.
+    assert!(expected_version("Citus 13.2.20 on x86_64").is_err());
+    assert!(expected_version(&format!("Citus {CITUS_VERSION} on x86_64")).is_ok());
 }

@@ -228,18 +228,29 @@ fn start() -> Result<CitusCluster, String> {
             w2 = second.port
         ),
     )?;
-    let version = run_sql(&psql, coordinator.port, "SELECT citus_version()")?;
-    if !version.starts_with(&format!("Citus {CITUS_VERSION} ")) {
-        return Err(format!(
-            "the cluster runs `{}`, the tests expect Citus {CITUS_VERSION}: {INSTALL_HINT}",
-            version.trim()
-        ));
-    }
+    expected_version(&run_sql(&psql, coordinator.port, "SELECT citus_version()")?)?;
     Ok(CitusCluster {
         coordinator: coordinator.port,
         workers: [first.port, second.port],
         startup: began.elapsed(),
     })
+}
+
+/// Whether `citus_version()` returned `version` of the Citus the tests are
+/// written against ([`CITUS_VERSION`]).
+///
+/// # Errors
+///
+/// A message naming the version found and the set-up step that installs the
+/// expected one.
+pub fn expected_version(version: &str) -> Result<(), String> {
+    if version.starts_with(&format!("Citus {CITUS_VERSION} ")) {
+        return Ok(());
+    }
+    Err(format!(
+        "the cluster runs `{}`, the tests expect Citus {CITUS_VERSION}: {INSTALL_HINT}",
+        version.trim()
+    ))
 }
 
 /// Whether Citus is installed for the server in `bindir` (Debian's layout:
