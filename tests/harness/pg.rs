@@ -840,7 +840,7 @@ pub fn start_cluster(setup: &ClusterSetup) -> Result<LocalCluster, String> {
 
 /// `ALKSTORE_PG_BIN`, else `pg_config --bindir`, else the highest version under
 /// `/usr/lib/postgresql/*/bin`: the first that contains `program`.
-fn find_bindir(program: &str) -> Result<PathBuf, String> {
+pub(crate) fn find_bindir(program: &str) -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os(PG_BIN_ENV).filter(|d| !d.is_empty()) {
         let dir = PathBuf::from(dir);
         return if dir.join(program).is_file() {
