@@ -23,7 +23,8 @@
 //! index or constraint with the right name and another definition, a missing
 //! index or constraint on an existing table, or a relation the model does not
 //! declare), bootstrap returns [`ErrorKind::Drift`] listing every
-//! [`Difference`] and changes nothing. There is no migration machinery in v1.
+//! [`Difference`] and changes nothing. A database at another schema version
+//! is refused naming both versions (`schema-gen upgrade` moves an older one).
 //!
 //! # Creating: one transaction
 //!

@@ -304,6 +304,42 @@ impl Condition {
 mod tests {
     use super::*;
 
+    /// FNV-1a over the bytes: enough to notice an edit (this is no
+    /// security check, and needs no hashing crate in a no-I/O model crate).
+    fn fingerprint(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// A shipped version's text is what its release printed and deployed
+    /// databases hold: it never changes. (A new model is a new version.)
+    #[test]
+    fn shipped_versions_are_pinned() {
+        let pinned: [(u32, [u64; 3]); 2] = [
+            (1, [0xd9b2_07c2_14b1_dcb7, 0xc36a_1f1c_d621_fdac, 0xb15c_e665_e6b1_0be9]),
+            (2, [0xd871_b136_915b_65a9, 0x091b_5313_f9ed_5b2b, 0xae68_5bb2_1e51_6155]),
+        ];
+        for (number, [sql, describe, statements]) in pinned {
+            let shipped = version(number).and_then(|v| v.shipped).unwrap();
+            assert_eq!(
+                [
+                    fingerprint(shipped.schema_sql),
+                    fingerprint(shipped.describe_json),
+                    fingerprint(shipped.statements_json)
+                ],
+                [sql, describe, statements],
+                "version {number}'s shipped text changed: a shipped version is never edited"
+            );
+        }
+        let shipped: Vec<u32> = versions()
+            .iter()
+            .filter(|v| v.shipped.is_some())
+            .map(|v| v.number)
+            .collect();
+        assert_eq!(shipped, [1, 2], "a newly shipped version gets its pin here");
+    }
+
     #[test]
     fn every_version_is_numbered_in_order_and_describes_itself() {
         let versions = versions();
