@@ -1424,3 +1424,149 @@ async fn the_previous_releases_engines_and_this_ones_share_the_expanded_schema()
         assert_eq!(status(&client, &schema).await.state, VersionState::Current);
     }
 }
+
+/// `schema-gen upgrade` as an operator runs it: the dry run prints a script
+/// and changes nothing, the upgrade reports progress on stderr and the
+/// outcome (text or JSON) on stdout, `check` then passes with the contract
+/// pending, and the exit codes say drift (1) and errors (2).
+#[test]
+fn the_upgrade_command_line() {
+    use harness::cli::{run as cli, runtime};
+    use std::process::ExitCode;
+    if harness::skip_db_tests() {
+        return;
+    }
+    let rt = runtime();
+    let client = rt.block_on(harness::connect());
+    let schema = harness::unique_schema_name("up_cli");
+    rt.block_on(create_version(&client, &schema, 1));
+    let url = harness::database_url();
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        let mut args = vec![
+            "upgrade",
+            "--database-url",
+            &url,
+            "--schema",
+            schema.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect()
+    };
+    let run = |args: Vec<String>| cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let check = cli(&["check", "--database-url", &url, "--schema", schema.as_str()]);
+    assert_eq!(check.code, ExitCode::from(1), "{}", check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("is at version 1 (recognised by its shape"),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains("`schema-gen upgrade --schema"),
+        "{}",
+        check.stdout
+    );
+
+    let dry = run(args(&["--dry-run"]));
+    assert_eq!(dry.code, ExitCode::SUCCESS, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains("CREATE INDEX CONCURRENTLY"),
+        "{}",
+        dry.stdout
+    );
+    let dry_json = run(args(&["--dry-run", "--format", "json"]));
+    let plan: serde_json::Value = serde_json::from_str(&dry_json.stdout).unwrap();
+    assert_eq!(plan["outcome"], "plan");
+    assert!(
+        plan["steps"].as_array().is_some_and(|s| s.len() >= 6),
+        "{plan}"
+    );
+    assert!(plan["steps"][0]["action"].is_string(), "{plan}");
+
+    let ran = run(args(&["--format", "json"]));
+    assert_eq!(ran.code, ExitCode::SUCCESS, "{}", ran.stderr);
+    let outcome: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(outcome["outcome"], "upgraded");
+    assert_eq!(outcome["contract_pending"], true);
+    assert_eq!(outcome["after"]["expanded"], MODEL_VERSION);
+    assert!(
+        ran.stderr.contains("version 2 expand step 1/"),
+        "{}",
+        ran.stderr
+    );
+
+    let check = cli(&["check", "--database-url", &url, "--schema", schema.as_str()]);
+    assert_eq!(check.code, ExitCode::SUCCESS, "{}", check.stdout);
+    assert!(
+        check.stdout.contains("with its contract pending"),
+        "{}",
+        check.stdout
+    );
+
+    let contract = run(args(&["--contract"]));
+    assert_eq!(contract.code, ExitCode::SUCCESS, "{}", contract.stderr);
+    assert!(
+        contract
+            .stdout
+            .contains(&format!("is at version {MODEL_VERSION}")),
+        "{}",
+        contract.stdout
+    );
+
+    // Drift outside any version: exit 1, the differences listed.
+    let drifted = harness::unique_schema_name("up_cli_drift");
+    rt.block_on(create_version(&client, &drifted, 2));
+    rt.block_on(exec(
+        &client,
+        &format!(
+            "ALTER TABLE \"{}\".locks ADD COLUMN x int",
+            drifted.as_str()
+        ),
+    ));
+    let refused = cli(&[
+        "upgrade",
+        "--database-url",
+        &url,
+        "--schema",
+        drifted.as_str(),
+    ]);
+    assert_eq!(refused.code, ExitCode::from(1));
+    assert!(
+        refused.stderr.contains("extra column locks.x"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stdout.is_empty());
+    let refused = cli(&[
+        "upgrade",
+        "--database-url",
+        &url,
+        "--schema",
+        drifted.as_str(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(refused.code, ExitCode::from(1));
+    let json: serde_json::Value = serde_json::from_str(&refused.stdout).unwrap();
+    assert_eq!(json["outcome"], "refused");
+
+    // An error: the contract before the expand.
+    let early = harness::unique_schema_name("up_cli_early");
+    rt.block_on(create_version(&client, &early, 1));
+    let err = cli(&[
+        "upgrade",
+        "--contract",
+        "--database-url",
+        &url,
+        "--schema",
+        early.as_str(),
+    ]);
+    assert_eq!(err.code, ExitCode::from(2), "{}", err.stdout);
+    assert!(
+        err.stderr.contains("cannot be contracted"),
+        "{}",
+        err.stderr
+    );
+}

@@ -317,8 +317,22 @@ mod tests {
     #[test]
     fn shipped_versions_are_pinned() {
         let pinned: [(u32, [u64; 3]); 2] = [
-            (1, [0xd9b2_07c2_14b1_dcb7, 0xc36a_1f1c_d621_fdac, 0xb15c_e665_e6b1_0be9]),
-            (2, [0xd871_b136_915b_65a9, 0x091b_5313_f9ed_5b2b, 0xae68_5bb2_1e51_6155]),
+            (
+                1,
+                [
+                    0xd9b2_07c2_14b1_dcb7,
+                    0xc36a_1f1c_d621_fdac,
+                    0xb15c_e665_e6b1_0be9,
+                ],
+            ),
+            (
+                2,
+                [
+                    0xd871_b136_915b_65a9,
+                    0x091b_5313_f9ed_5b2b,
+                    0xae68_5bb2_1e51_6155,
+                ],
+            ),
         ];
         for (number, [sql, describe, statements]) in pinned {
             let shipped = version(number).and_then(|v| v.shipped).unwrap();
