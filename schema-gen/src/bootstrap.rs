@@ -62,7 +62,7 @@
 use std::fmt;
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, GenericClient};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use schema_model::history::MODEL_VERSION;
 use schema_model::{SchemaName, TableDescription, engine_family};
@@ -248,12 +248,16 @@ pub async fn bootstrap_with(
     if let Some(current) = assess(&live, schema, &model, &history)? {
         return Ok(current);
     }
-    let result = match create(client, schema, &model, &history, options).await {
+    let result = match create(client, schema, &model, &history, options, &live).await {
         // A creator that does not take the advisory lock (a hand-written
         // script) can still clash with us on a catalog unique index; the
         // transaction rolled back, so one more try sees its committed result.
         Err(err) if is_creation_clash(&err) => {
-            create(client, schema, &model, &history, options).await
+            let live = catalog::read(client, schema, options).await?;
+            match assess(&live, schema, &model, &history)? {
+                Some(outcome) => Ok(outcome),
+                None => create(client, schema, &model, &history, options, &live).await,
+            }
         }
         other => other,
     };
@@ -387,67 +391,28 @@ fn is_creation_clash(err: &Error) -> bool {
     }
 }
 
+/// Creates what `live` lacks in three round trips, the one that read `live`
+/// included: one pipeline (`BEGIN`, the bounds and the advisory lock, the
+/// catalog read again under the lock, every planned statement, the catalog
+/// read once more to verify), then `COMMIT`, or `ROLLBACK` when anything in
+/// the pipeline failed, when the read under the lock shows another session
+/// got there first (the planned statements, all `IF NOT EXISTS`, then did
+/// nothing), or when the result differs from the model. Each statement is
+/// its own request on the wire, so a failure names the statement it was.
 async fn create(
     client: &mut Client,
     schema: &SchemaName,
     model: &[TableDescription],
     history: &History,
     options: &Options,
+    live: &LiveCatalog,
 ) -> Result<Outcome, Error> {
     let mut context = Context {
-        role: "the current role".to_owned(),
+        role: live.role.clone(),
         schema: schema.clone(),
     };
-    let tx = client.transaction().await.map_err(|err| {
-        classify(
-            err,
-            &Step {
-                doing: "starting the bootstrap transaction".to_owned(),
-                ..Step::default()
-            },
-            &context,
-        )
-    })?;
-    match create_in(&tx, schema, model, history, options, &mut context).await {
-        Ok(outcome @ Outcome::Created { .. }) => {
-            tx.commit().await.map_err(|err| {
-                classify(
-                    err,
-                    &Step {
-                        doing: format!("committing the bootstrap of schema {schema}"),
-                        in_transaction: true,
-                        ..Step::default()
-                    },
-                    &context,
-                )
-            })?;
-            Ok(outcome)
-        }
-        Ok(outcome) => {
-            // Nothing was done; ending the transaction releases the lock.
-            let _ = tx.rollback().await;
-            Ok(outcome)
-        }
-        Err(err) => {
-            // Awaited rather than left to `Drop`, so the lock is released and
-            // nothing is pending when the caller sees the error. A failure
-            // here means the connection is gone, which rolls back too.
-            let _ = tx.rollback().await;
-            Err(err)
-        }
-    }
-}
-
-async fn create_in<C: GenericClient + Sync>(
-    tx: &C,
-    schema: &SchemaName,
-    model: &[TableDescription],
-    history: &History,
-    options: &Options,
-    context: &mut Context,
-) -> Result<Outcome, Error> {
     let key = render::advisory_lock_key(schema);
-    let lock = Step {
+    let lock_step = Step {
         doing: format!("bootstrapping schema {schema}"),
         waiting_for: Some(format!(
             "the bootstrap lock of schema {schema} (advisory lock {key}), which another \
@@ -461,42 +426,160 @@ async fn create_in<C: GenericClient + Sync>(
         in_transaction: true,
         ..Step::default()
     };
-    // One round trip: the bounds must be in force before the lock wait.
-    tx.batch_execute(&format!(
-        "{}; {}",
-        render::bounds_statement(options),
-        render::advisory_lock_statement(schema)
-    ))
-    .await
-    .map_err(|err| classify(err, &lock, context))?;
-
-    let before = catalog::read_in_transaction(tx, schema, options, context).await?;
-    context.role = before.role.clone();
-    if let Some(current) = assess(&before, schema, model, history)? {
-        return Ok(current);
+    let begin_step = Step {
+        doing: "starting the bootstrap transaction".to_owned(),
+        ..Step::default()
+    };
+    let plan = plan(live, render::bootstrap_statements(schema));
+    let read = catalog::statement(schema);
+    let read_step = Step {
+        doing: format!("reading the catalog of schema {schema}"),
+        in_transaction: true,
+        ..Step::default()
+    };
+    // The statements of the one query, each with how to word its failure.
+    let mut statements: Vec<(String, Step)> = vec![("BEGIN".to_owned(), begin_step)];
+    // `bounds_statement` is two `SET LOCAL`s: one entry each, so that the
+    // count of completed statements points at the one that failed.
+    for bound in render::bounds_statement(options).split("; ") {
+        statements.push((bound.to_owned(), lock_step.clone()));
     }
-
-    let plan = plan(&before, render::bootstrap_statements(schema));
+    statements.push((render::advisory_lock_statement(schema), lock_step));
+    statements.push((read.clone(), read_step.clone()));
     for planned in &plan {
-        let step = statement_step(planned, schema, &before.database, options);
-        tx.batch_execute(&planned.statement.sql)
-            .await
-            .map_err(|err| classify(err, &step, context))?;
+        statements.push((
+            planned.statement.sql.clone(),
+            statement_step(planned, schema, &live.database, options),
+        ));
     }
-    let after = catalog::read_in_transaction(tx, schema, options, context).await?;
+    statements.push((read, read_step));
+    // BEGIN goes as a message of its own, pipelined before the rest: behind
+    // pgbouncer's statement pooling, which ends the connection at the first
+    // transaction block, its refusal then comes whole (measured: a refusal
+    // in the middle of one long reply comes cut off, as a lost connection).
+    let text = statements[1..]
+        .iter()
+        .map(|(sql, _)| sql.as_str())
+        .collect::<Vec<_>>()
+        .join(";\n");
+    // Each row with the statement it came from (the advisory lock's
+    // `SELECT` returns one too).
+    let mut rows: Vec<(usize, String)> = Vec::new();
+    let mut completed = 1usize;
+    let mut failure: Option<Error> = None;
+    let (begun, rest) = {
+        let client: &Client = client;
+        futures_util::future::join(client.batch_execute("BEGIN"), async {
+            let mut messages = Vec::new();
+            match client.simple_query_raw(&text).await {
+                Err(err) => messages.push(Err(err)),
+                Ok(stream) => {
+                    let mut stream = std::pin::pin!(stream);
+                    while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
+                        let failed = message.is_err();
+                        messages.push(message);
+                        if failed {
+                            break;
+                        }
+                    }
+                }
+            }
+            messages
+        })
+        .await
+    };
+    if let Err(err) = begun {
+        failure = Some(classify(err, &statements[0].1, &context));
+    }
+    for message in rest {
+        match message {
+            Ok(SimpleQueryMessage::Row(row)) => {
+                rows.push((completed, row.get(0).unwrap_or_default().to_owned()))
+            }
+            Ok(SimpleQueryMessage::CommandComplete(_)) => completed += 1,
+            Ok(_) => {}
+            Err(err) => {
+                // The statements before it completed; this is the one.
+                if failure.is_none() {
+                    let step = statements
+                        .get(completed)
+                        .map_or(&statements[0].1, |(_, step)| step);
+                    failure = Some(classify(err, step, &context));
+                }
+                break;
+            }
+        }
+    }
+    let decode = |statement: usize| {
+        rows.iter()
+            .find(|(at, _)| *at == statement)
+            .and_then(|(_, text)| catalog::parse(text, schema).ok())
+    };
+    // BEGIN, two bounds, the lock, then the first read; the last statement
+    // is the second read.
+    let before = decode(4);
+    let after = decode(statements.len() - 1);
+    if let Some(before) = &before {
+        context.role = before.role.clone();
+    }
+    let rollback = async |client: &Client| {
+        // Ends the transaction, releasing the lock; a failure here means the
+        // connection is gone, which rolls back too.
+        let _ = client.batch_execute("ROLLBACK").await;
+    };
+    if let Some(err) = failure {
+        rollback(client).await;
+        return Err(err);
+    }
+    let (Some(before), Some(after)) = (before, after) else {
+        rollback(client).await;
+        return Err(ErrorKind::Other {
+            message: format!(
+                "decoding the catalog of schema {schema}: the server returned no row (a bug in \
+                 schema-gen, or a proxy that drops rows)"
+            ),
+        }
+        .into());
+    };
+    // Another session may have created the schema between our first read
+    // and the lock: then its result stands (our statements did nothing).
+    if before != *live {
+        rollback(client).await;
+        return match assess(&before, schema, model, history)? {
+            Some(outcome) => Ok(outcome),
+            None => Err(ErrorKind::Other {
+                message: format!(
+                    "schema {schema} changed while it was being bootstrapped, and is still \
+                     incomplete: nothing was changed; run the bootstrap again"
+                ),
+            }
+            .into()),
+        };
+    }
     let known = compare(&before, schema, model);
     let left: Vec<Difference> = compare(&after, schema, model)
         .into_iter()
         .filter(|d| !(d.is_comment() && known.contains(d)))
         .collect();
     if !left.is_empty() {
+        rollback(client).await;
         return Err(ErrorKind::CreatedDiffers {
             schema: schema.clone(),
             differences: left,
         }
         .into());
     }
-
+    client.batch_execute("COMMIT").await.map_err(|err| {
+        classify(
+            err,
+            &Step {
+                doing: format!("committing the bootstrap of schema {schema}"),
+                in_transaction: true,
+                ..Step::default()
+            },
+            &context,
+        )
+    })?;
     Ok(Outcome::Created {
         schema: schema.clone(),
         schema_created: before.schema.is_none(),

@@ -35,7 +35,7 @@
 //! one `lock_timeout` bounds.
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::{Client, GenericClient, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use schema_model::SchemaName;
 
@@ -627,20 +627,6 @@ pub async fn read(
     }
 }
 
-/// Reads the catalog inside the caller's transaction, under the bounds the
-/// transaction already set (the creating transaction of bootstrap).
-pub(crate) async fn read_in_transaction<C: GenericClient + Sync>(
-    tx: &C,
-    schema: &SchemaName,
-    options: &Options,
-    context: &Context,
-) -> Result<LiveCatalog, Error> {
-    match tx.simple_query(&statement(schema)).await {
-        Ok(messages) => decode(messages, schema),
-        Err(err) => Err(classify(err, &read_step(schema, options, true), context)),
-    }
-}
-
 fn read_step(schema: &SchemaName, options: &Options, in_transaction: bool) -> Step {
     Step {
         doing: format!("reading the catalog of schema {schema}"),
@@ -657,7 +643,10 @@ fn read_step(schema: &SchemaName, options: &Options, in_transaction: bool) -> St
     }
 }
 
-fn decode(messages: Vec<SimpleQueryMessage>, schema: &SchemaName) -> Result<LiveCatalog, Error> {
+pub(crate) fn decode(
+    messages: Vec<SimpleQueryMessage>,
+    schema: &SchemaName,
+) -> Result<LiveCatalog, Error> {
     match first_text(&messages) {
         Some(text) => parse(text, schema),
         None => Err(ErrorKind::Other {
@@ -678,7 +667,7 @@ fn first_text(messages: &[SimpleQueryMessage]) -> Option<&str> {
     })
 }
 
-fn parse(text: &str, schema: &SchemaName) -> Result<LiveCatalog, Error> {
+pub(crate) fn parse(text: &str, schema: &SchemaName) -> Result<LiveCatalog, Error> {
     serde_json::from_str(text).map_err(|err| {
         ErrorKind::Other {
             message: format!(

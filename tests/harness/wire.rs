@@ -1,16 +1,17 @@
 //! A TCP proxy in front of the test server that counts protocol round trips
 //! and records the SQL text each client sends.
 //!
-//! A round trip is a frontend message the client must wait on before it can
-//! go on: a simple `Query` (`Q`) or a `Sync` (`S`) closing an extended-query
-//! sequence (Parse/Bind/Describe/Execute). Counting them on the wire, rather
-//! than counting calls in the code under test, measures what the server
-//! actually saw.
+//! A round trip is a wait for the server: a simple `Query` (`Q`) or a
+//! `Sync` (`S`, closing an extended-query sequence) sent while every earlier
+//! one has had its answer (`ReadyForQuery`). Requests sent while others are
+//! still unanswered are pipelined: they share the wait of the first, and
+//! count once. Counting them on the wire, rather than counting calls in the
+//! code under test, measures what the server actually saw.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -155,17 +156,70 @@ where
 {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = tokio::io::split(server);
+    let connection = Arc::new(Connection::default());
+    let answers = Arc::clone(&connection);
     let down = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let _ = forward_answers(&mut server_read, &mut client_write, &answers).await;
         let _ = client_write.shutdown().await;
     });
-    let _ = forward_counting(&mut client_read, &mut server_write, &seen).await;
+    let _ = forward_counting(&mut client_read, &mut server_write, &seen, &connection).await;
     let _ = server_write.shutdown().await;
     let _ = down.await;
 }
 
+/// What one connection has in flight.
+#[derive(Debug, Default)]
+struct Connection {
+    /// `Q` and `S` sent, minus `ReadyForQuery` received.
+    unanswered: AtomicIsize,
+    /// SSL or GSS requests sent whose one-byte answer is still to come.
+    encryption_requests: AtomicUsize,
+}
+
+/// Forwards the backend stream message by message, noting each
+/// `ReadyForQuery` (the end of the wait of one `Q` or `S`).
+async fn forward_answers<R, W>(
+    from: &mut R,
+    to: &mut W,
+    connection: &Connection,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        let tag = from.read_u8().await?;
+        // The answer to an SSL or GSS request is one byte, without a length
+        // (the request was counted before it was forwarded, so before this
+        // byte could come).
+        if connection.encryption_requests.load(Ordering::SeqCst) > 0 {
+            connection
+                .encryption_requests
+                .fetch_sub(1, Ordering::SeqCst);
+            to.write_all(&[tag]).await?;
+            to.flush().await?;
+            continue;
+        }
+        let len = from.read_i32().await?;
+        let mut body = vec![0u8; usize::try_from(len - 4).unwrap_or(0)];
+        from.read_exact(&mut body).await?;
+        if tag == b'Z' {
+            connection.unanswered.fetch_sub(1, Ordering::SeqCst);
+        }
+        to.write_all(&[tag]).await?;
+        to.write_all(&len.to_be_bytes()).await?;
+        to.write_all(&body).await?;
+        to.flush().await?;
+    }
+}
+
 /// Forwards the frontend stream message by message, counting round trips.
-async fn forward_counting<R, W>(from: &mut R, to: &mut W, seen: &Seen) -> std::io::Result<()>
+async fn forward_counting<R, W>(
+    from: &mut R,
+    to: &mut W,
+    seen: &Seen,
+    connection: &Connection,
+) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -176,17 +230,25 @@ where
         let len = from.read_i32().await?;
         let mut body = vec![0u8; usize::try_from(len - 4).unwrap_or(0)];
         from.read_exact(&mut body).await?;
-        to.write_all(&len.to_be_bytes()).await?;
-        to.write_all(&body).await?;
-        to.flush().await?;
         let code = body
             .get(..4)
             .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
             .unwrap_or(0);
-        if !matches!(code, 80_877_103 | 80_877_104) {
+        let encryption = matches!(code, 80_877_103 | 80_877_104);
+        if encryption {
+            connection
+                .encryption_requests
+                .fetch_add(1, Ordering::SeqCst);
+        }
+        to.write_all(&len.to_be_bytes()).await?;
+        to.write_all(&body).await?;
+        to.flush().await?;
+        if !encryption {
             break;
         }
     }
+    // The start-up ends with the server's first ReadyForQuery.
+    connection.unanswered.store(1, Ordering::SeqCst);
     loop {
         let tag = from.read_u8().await?;
         let len = from.read_i32().await?;
@@ -195,7 +257,7 @@ where
         match tag {
             b'Q' => {
                 record(seen, &body);
-                seen.round_trips.fetch_add(1, Ordering::SeqCst);
+                wait(seen, connection);
             }
             b'P' => {
                 // Parse: statement name, NUL, query text, NUL, ...
@@ -203,15 +265,20 @@ where
                     record(seen, &body[at + 1..]);
                 }
             }
-            b'S' => {
-                seen.round_trips.fetch_add(1, Ordering::SeqCst);
-            }
+            b'S' => wait(seen, connection),
             _ => {}
         }
         to.write_all(&[tag]).await?;
         to.write_all(&len.to_be_bytes()).await?;
         to.write_all(&body).await?;
         to.flush().await?;
+    }
+}
+
+/// A `Q` or `S`: a round trip when nothing else is unanswered.
+fn wait(seen: &Seen, connection: &Connection) {
+    if connection.unanswered.fetch_add(1, Ordering::SeqCst) <= 0 {
+        seen.round_trips.fetch_add(1, Ordering::SeqCst);
     }
 }
 
