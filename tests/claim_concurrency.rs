@@ -269,7 +269,7 @@ where
             .unwrap_or_else(|_| panic!("another worker failed (see its panic above)"));
     }
     let barrier = Arc::new(Barrier::new(WORKERS));
-    let mut tasks = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for worker in 0..WORKERS {
         let client = Arc::new(harness::connect().await);
         exec(&client, NEVER_WAIT).await;
@@ -277,7 +277,7 @@ where
             .map(|_| step(worker, Arc::clone(&client)))
             .collect();
         let barrier = Arc::clone(&barrier);
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut got = Vec::new();
             for step in steps {
                 exec(&client, "BEGIN").await;
@@ -285,14 +285,23 @@ where
                 together(&barrier).await;
                 exec(&client, "COMMIT").await;
             }
-            got
-        }));
+            (worker, got)
+        });
     }
-    let mut out = Vec::new();
-    for task in tasks {
-        out.push(task.await.unwrap_or_else(|e| panic!("a worker failed: {e}")));
+    let mut out: Vec<Option<Vec<T>>> = (0..WORKERS).map(|_| None).collect();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok((worker, got)) => out[worker] = Some(got),
+            // The first failure ends the others (they would wait for it at
+            // the barrier) and fails the test with its own panic.
+            Err(e) if e.is_panic() => {
+                tasks.abort_all();
+                std::panic::resume_unwind(e.into_panic());
+            }
+            Err(e) => panic!("a worker failed: {e}"),
+        }
     }
-    out
+    out.into_iter().flatten().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -319,13 +328,21 @@ async fn overlapping_claimers_hand_out_every_job_exactly_once() {
     // Every claim found a full batch beside the others' held ones ...
     for (worker, rounds) in claimed.iter().enumerate() {
         for (round, got) in rounds.iter().enumerate() {
-            assert_eq!(got.len(), BATCH as usize, "w{worker}, round {round}: {got:?}");
+            assert_eq!(
+                got.len(),
+                BATCH as usize,
+                "w{worker}, round {round}: {got:?}"
+            );
         }
     }
     // ... and no job went to two of them.
     let handed_out: Vec<i64> = claimed.iter().flatten().flatten().copied().collect();
     let distinct: BTreeSet<i64> = handed_out.iter().copied().collect();
-    assert_eq!(handed_out.len(), distinct.len(), "a job was handed to two claims");
+    assert_eq!(
+        handed_out.len(),
+        distinct.len(),
+        "a job was handed to two claims"
+    );
     assert_eq!(distinct, all, "every job is handed out");
     // The server's record agrees: each claimed once, by the worker that got it.
     let by_worker: std::collections::BTreeMap<i64, String> = claimed
@@ -375,7 +392,11 @@ async fn overlapping_promoters_flip_every_job_exactly_once() {
         );
     }
     let promote = jobs::promote(&schema, "q", due, 1000);
-    assert_eq!(count_without_waiting(&admin, &promote).await, 0, "all promoted");
+    assert_eq!(
+        count_without_waiting(&admin, &promote).await,
+        0,
+        "all promoted"
+    );
     let claimed = run(&admin, &jobs::claim(&schema, "q", "w", due, 1000)).await;
     assert_eq!(claimed.len(), JOBS, "each job once");
     assert_eq!(ids(&claimed), all);

@@ -44,7 +44,11 @@ fn not_empty<T>(name: &'static str, column: T) -> Invariant<T>
 where
     T: Copy,
 {
-    invariant(name, vec![vec![(column, "''")]], vec![vec![(column, "'x'")]])
+    invariant(
+        name,
+        vec![vec![(column, "''")]],
+        vec![vec![(column, "'x'")]],
+    )
 }
 
 /// `column >= bound`: `below` refused, `bound` accepted.
@@ -54,7 +58,11 @@ fn at_least<T: Copy>(
     below: &'static str,
     bound: &'static str,
 ) -> Invariant<T> {
-    invariant(name, vec![vec![(column, below)]], vec![vec![(column, bound)]])
+    invariant(
+        name,
+        vec![vec![(column, below)]],
+        vec![vec![(column, bound)]],
+    )
 }
 
 /// The table's valid row with `changes` applied.
@@ -95,18 +103,29 @@ async fn each_holds<T: TableModel>(
     let table = T::table_name();
     let sql = insert(schema, &valid);
     if let Some(err) = attempt(client, &sql).await {
-        panic!("{table}: the valid row is refused: {sql}: {}", describe_error(&err));
+        panic!(
+            "{table}: the valid row is refused: {sql}: {}",
+            describe_error(&err)
+        );
     }
     for invariant in &invariants {
         for changes in &invariant.refused {
             let sql = insert(schema, &changed(&valid, changes));
             let err = attempt(client, &sql).await.unwrap_or_else(|| {
-                panic!("{table}: a row {} must refuse was accepted: {sql}", invariant.name)
+                panic!(
+                    "{table}: a row {} must refuse was accepted: {sql}",
+                    invariant.name
+                )
             });
             let db = err
                 .as_db_error()
                 .unwrap_or_else(|| panic!("{table}: not a server error: {err}"));
-            assert_eq!(db.code(), &SqlState::CHECK_VIOLATION, "{sql}: {}", db.message());
+            assert_eq!(
+                db.code(),
+                &SqlState::CHECK_VIOLATION,
+                "{sql}: {}",
+                db.message()
+            );
             assert_eq!(
                 db.constraint(),
                 Some(invariant.name),
@@ -186,14 +205,24 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
             vec![
                 not_empty("jobs_queue_not_empty", Jobs::Queue),
                 at_least("jobs_attempts_not_negative", Jobs::Attempts, "-1", "0"),
-                at_least("jobs_max_attempts_at_least_one", Jobs::MaxAttempts, "0", "1"),
+                at_least(
+                    "jobs_max_attempts_at_least_one",
+                    Jobs::MaxAttempts,
+                    "0",
+                    "1",
+                ),
                 at_least(
                     "jobs_visibility_timeout_positive",
                     Jobs::VisibilityTimeoutS,
                     "0",
                     "1",
                 ),
-                at_least("jobs_backoff_base_not_negative", Jobs::BackoffBaseS, "-1", "0"),
+                at_least(
+                    "jobs_backoff_base_not_negative",
+                    Jobs::BackoffBaseS,
+                    "-1",
+                    "0",
+                ),
                 at_least(
                     "jobs_dead_letter_retention_positive",
                     Jobs::DeadLetterRetentionS,
@@ -258,7 +287,12 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
             ],
             vec![
                 not_empty("dead_jobs_queue_not_empty", DeadJobs::Queue),
-                at_least("dead_jobs_attempts_not_negative", DeadJobs::Attempts, "-1", "0"),
+                at_least(
+                    "dead_jobs_attempts_not_negative",
+                    DeadJobs::Attempts,
+                    "-1",
+                    "0",
+                ),
                 at_least(
                     "dead_jobs_max_attempts_at_least_one",
                     DeadJobs::MaxAttempts,
@@ -290,7 +324,10 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
                         vec![(DeadJobs::ClaimedAt, "NULL")],
                     ],
                     // Never claimed (expired while waiting).
-                    vec![vec![(DeadJobs::WorkerId, "NULL"), (DeadJobs::ClaimedAt, "NULL")]],
+                    vec![vec![
+                        (DeadJobs::WorkerId, "NULL"),
+                        (DeadJobs::ClaimedAt, "NULL"),
+                    ]],
                 ),
             ],
         )
@@ -307,7 +344,10 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
                 (StreamEvents::Payload, bytes),
                 (StreamEvents::CreatedAt, "1"),
             ],
-            vec![not_empty("stream_events_stream_not_empty", StreamEvents::Stream)],
+            vec![not_empty(
+                "stream_events_stream_not_empty",
+                StreamEvents::Stream,
+            )],
         )
         .await,
     );
@@ -324,7 +364,12 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
             vec![
                 not_empty("stream_offsets_stream_not_empty", StreamOffsets::Stream),
                 not_empty("stream_offsets_consumer_not_empty", StreamOffsets::Consumer),
-                at_least("stream_offsets_offset_not_negative", StreamOffsets::Offset, "-1", "0"),
+                at_least(
+                    "stream_offsets_offset_not_negative",
+                    StreamOffsets::Offset,
+                    "-1",
+                    "0",
+                ),
             ],
         )
         .await,
@@ -382,7 +427,10 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
                     "schedules_expires_positive",
                     vec![vec![(Schedules::ExpiresS, "0")]],
                     // NULL: the enqueued jobs never expire.
-                    vec![vec![(Schedules::ExpiresS, "1")], vec![(Schedules::ExpiresS, "NULL")]],
+                    vec![
+                        vec![(Schedules::ExpiresS, "1")],
+                        vec![(Schedules::ExpiresS, "NULL")],
+                    ],
                 ),
             ],
         )
@@ -416,8 +464,14 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
                 (ConsumedEvents::ConsumedAt, "1"),
             ],
             vec![
-                not_empty("consumed_events_consumer_not_empty", ConsumedEvents::Consumer),
-                not_empty("consumed_events_event_id_not_empty", ConsumedEvents::EventId),
+                not_empty(
+                    "consumed_events_consumer_not_empty",
+                    ConsumedEvents::Consumer,
+                ),
+                not_empty(
+                    "consumed_events_event_id_not_empty",
+                    ConsumedEvents::EventId,
+                ),
             ],
         )
         .await,

@@ -59,7 +59,13 @@ async fn count(client: &Client, statement: &Statement) -> u64 {
 }
 
 /// The ids a claim returned, sorted (the claim returns its batch as a set).
-async fn claim(client: &Client, schema: &SchemaName, queue: &str, now: i64, limit: u32) -> Vec<i64> {
+async fn claim(
+    client: &Client,
+    schema: &SchemaName,
+    queue: &str,
+    now: i64,
+    limit: u32,
+) -> Vec<i64> {
     let mut ids: Vec<i64> = run(client, &jobs::claim(schema, queue, "w", now, limit))
         .await
         .iter()
@@ -97,8 +103,13 @@ async fn session(reading: Reading) -> Client {
 /// test expects a statement to produce), last first, so the heap holds them
 /// in the reverse of that order: a sequential scan then meets them backwards.
 /// Checks that it does.
-async fn reverse_heap_order<K>(client: &Client, schema: &SchemaName, table: &str, key: &str, expected: &[K])
-where
+async fn reverse_heap_order<K>(
+    client: &Client,
+    schema: &SchemaName,
+    table: &str,
+    key: &str,
+    expected: &[K],
+) where
     K: tokio_postgres::types::ToSql + Sync + Clone + PartialEq + std::fmt::Debug,
     for<'a> K: tokio_postgres::types::FromSql<'a>,
 {
@@ -124,7 +135,10 @@ where
         .map(|row| row.get(0))
         .collect();
     let reversed: Vec<K> = expected.iter().rev().cloned().collect();
-    assert_eq!(physical, reversed, "the heap is not in the order the test set up");
+    assert_eq!(
+        physical, reversed,
+        "the heap is not in the order the test set up"
+    );
 }
 
 /// A lock granted, lapsed, and granted again to the same owner name (a
@@ -168,15 +182,32 @@ async fn a_restarted_owner_of_the_same_name_cannot_use_its_old_fence() {
         .unwrap_or_else(|| panic!("a free lock is granted"));
     // node-a stalls past its grant, restarts under the same name, and is
     // granted the lapsed lock again.
-    let new = one(locks::acquire(&schema, "ticker", "node-a", NOW + 100, NOW + 30))
-        .await
-        .unwrap_or_else(|| panic!("a lapsed lock is granted again"));
+    let new = one(locks::acquire(
+        &schema,
+        "ticker",
+        "node-a",
+        NOW + 100,
+        NOW + 30,
+    ))
+    .await
+    .unwrap_or_else(|| panic!("a lapsed lock is granted again"));
     assert_eq!(new.owner, old.owner);
-    assert!(new.fence > old.fence, "a new grant draws a new fence: {old:?} then {new:?}");
+    assert!(
+        new.fence > old.fence,
+        "a new grant draws a new fence: {old:?} then {new:?}"
+    );
 
     // The stalled process wakes up and acts on its old grant.
     assert_eq!(
-        one(locks::renew(&schema, "ticker", "node-a", old.fence, NOW + 500, NOW + 40)).await,
+        one(locks::renew(
+            &schema,
+            "ticker",
+            "node-a",
+            old.fence,
+            NOW + 500,
+            NOW + 40
+        ))
+        .await,
         None,
         "the old fence renewed the new grant"
     );
@@ -193,7 +224,15 @@ async fn a_restarted_owner_of_the_same_name_cannot_use_its_old_fence() {
         ..new.clone()
     };
     assert_eq!(
-        one(locks::renew(&schema, "ticker", "node-a", new.fence, NOW + 200, NOW + 40)).await,
+        one(locks::renew(
+            &schema,
+            "ticker",
+            "node-a",
+            new.fence,
+            NOW + 200,
+            NOW + 40
+        ))
+        .await,
         Some(renewed.clone())
     );
     assert_eq!(
@@ -222,7 +261,10 @@ async fn a_promoter_whose_clock_runs_ahead_does_not_make_a_job_claimable_early()
         "the fast promoter flips the job for later to ready"
     );
     assert_eq!(claim(&client, &schema, "q", NOW, 10).await, [now_due]);
-    assert_eq!(claim(&client, &schema, "q", NOW + 59, 10).await, Vec::<i64>::new());
+    assert_eq!(
+        claim(&client, &schema, "q", NOW + 59, 10).await,
+        Vec::<i64>::new()
+    );
     assert_eq!(claim(&client, &schema, "q", NOW + 60, 10).await, [later]);
 }
 
@@ -272,9 +314,21 @@ async fn the_claim_goes_by_priority_then_run_at_then_id_up_to_its_limit() {
             batch_ids.push(enqueue(&client, &schema, &job("b", j.priority, j.run_at), NOW).await);
         }
         reverse_heap_order(&client, &schema, "jobs", "id", &batch_ids).await;
-        assert_eq!(claim(&client, &schema, "b", NOW, 3).await, batch_ids[..3], "{reading:?}");
-        assert_eq!(claim(&client, &schema, "b", NOW, 3).await, batch_ids[3..], "{reading:?}");
-        assert_eq!(claim(&client, &schema, "b", NOW, 3).await, Vec::<i64>::new(), "{reading:?}");
+        assert_eq!(
+            claim(&client, &schema, "b", NOW, 3).await,
+            batch_ids[..3],
+            "{reading:?}"
+        );
+        assert_eq!(
+            claim(&client, &schema, "b", NOW, 3).await,
+            batch_ids[3..],
+            "{reading:?}"
+        );
+        assert_eq!(
+            claim(&client, &schema, "b", NOW, 3).await,
+            Vec::<i64>::new(),
+            "{reading:?}"
+        );
     }
 }
 
@@ -304,24 +358,43 @@ async fn promote_flips_at_most_its_limit_of_due_jobs_earliest_first() {
         };
 
         // Nothing is due before the earliest run_at.
-        assert_eq!(count(&client, &jobs::promote(&schema, "q", NOW + 9, 10)).await, 0);
+        assert_eq!(
+            count(&client, &jobs::promote(&schema, "q", NOW + 9, 10)).await,
+            0
+        );
         // Two are due at NOW + 20; a limit of 1 flips the earlier.
-        assert_eq!(count(&client, &jobs::promote(&schema, "q", NOW + 20, 1)).await, 1);
-        assert_eq!(claim(&client, &schema, "q", NOW + 100, 10).await, [ids[0]], "{reading:?}");
+        assert_eq!(
+            count(&client, &jobs::promote(&schema, "q", NOW + 20, 1)).await,
+            1
+        );
+        assert_eq!(
+            claim(&client, &schema, "q", NOW + 100, 10).await,
+            [ids[0]],
+            "{reading:?}"
+        );
         // All are due later; a limit of 2 flips the next two by run_at.
-        assert_eq!(count(&client, &jobs::promote(&schema, "q", NOW + 100, 2)).await, 2);
+        assert_eq!(
+            count(&client, &jobs::promote(&schema, "q", NOW + 100, 2)).await,
+            2
+        );
         assert_eq!(
             claim(&client, &schema, "q", NOW + 100, 10).await,
             sorted(ids[1..3].to_vec()),
             "{reading:?}"
         );
-        assert_eq!(count(&client, &jobs::promote(&schema, "q", NOW + 100, 5)).await, 2);
+        assert_eq!(
+            count(&client, &jobs::promote(&schema, "q", NOW + 100, 5)).await,
+            2
+        );
         assert_eq!(
             claim(&client, &schema, "q", NOW + 100, 10).await,
             sorted(ids[3..].to_vec()),
             "{reading:?}"
         );
-        assert_eq!(count(&client, &jobs::promote(&schema, "q", NOW + 100, 5)).await, 0);
+        assert_eq!(
+            count(&client, &jobs::promote(&schema, "q", NOW + 100, 5)).await,
+            0
+        );
     }
 }
 
@@ -375,14 +448,26 @@ async fn a_disabled_schedule_is_never_due_and_the_due_scan_goes_earliest_first()
                 run(client, &schedules::due(schema, now, limit))
                     .await
                     .iter()
-                    .map(|row| Schedule::from_row(row).unwrap_or_else(|e| panic!("{e}")).name)
+                    .map(|row| {
+                        Schedule::from_row(row)
+                            .unwrap_or_else(|e| panic!("{e}"))
+                            .name
+                    })
                     .collect::<Vec<String>>()
             }
         };
         assert_eq!(due(NOW, 10).await, ["a", "b", "c"], "{reading:?}");
         assert_eq!(due(NOW, 2).await, ["a", "b"], "{reading:?}");
-        assert_eq!(due(NOW + 5, 10).await, ["a", "b", "c", "later"], "{reading:?}");
-        assert_eq!(due(i64::MAX, 10).await, ["a", "b", "c", "later"], "{reading:?}");
+        assert_eq!(
+            due(NOW + 5, 10).await,
+            ["a", "b", "c", "later"],
+            "{reading:?}"
+        );
+        assert_eq!(
+            due(i64::MAX, 10).await,
+            ["a", "b", "c", "later"],
+            "{reading:?}"
+        );
         assert_eq!(due(NOW - 21, 10).await, Vec::<String>::new(), "{reading:?}");
     }
 }
