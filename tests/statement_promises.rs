@@ -279,23 +279,37 @@ async fn the_claim_goes_by_priority_then_run_at_then_id_up_to_its_limit() {
     for reading in READINGS {
         let client = session(reading).await;
         let schema = engine_schema(&client, "claim_order").await;
-        // The expected claim order, enqueued in it (so ids ascend in it).
-        let expected = [
+        // Enqueued in this order (so ids ascend in it) ...
+        let enqueued = [
+            job("q", 5, NOW - 5),
+            job("q", 5, NOW - 5),
+            // The same priority and an earlier run_at, but a higher id.
             job("q", 5, NOW - 10),
-            // The same priority and run_at: the lower id first.
-            job("q", 5, NOW - 5),
-            job("q", 5, NOW - 5),
             // A lower priority loses to a higher one, however early.
             job("q", 1, NOW - 100),
             job("q", -3, NOW - 1000),
         ];
-        let mut ids = Vec::new();
-        for j in &expected {
-            ids.push(enqueue(&client, &schema, j, NOW).await);
-        }
+        // ... claimed in this one: run_at decides within a priority, the
+        // lower id between equal run_ats.
+        let claim_order = [2, 0, 1, 3, 4];
+        let in_claim_order = |queue: &'static str| {
+            let client = &client;
+            let schema = &schema;
+            let enqueued = &enqueued;
+            async move {
+                let mut ids = Vec::new();
+                for j in enqueued {
+                    let j = job(queue, j.priority, j.run_at);
+                    ids.push(enqueue(client, schema, &j, NOW).await);
+                }
+                let ids: Vec<i64> = claim_order.iter().map(|n| ids[*n]).collect();
+                reverse_heap_order(client, schema, "jobs", "id", &ids).await;
+                ids
+            }
+        };
+        let ids = in_claim_order("q").await;
         // Another queue's job, at a higher priority: never claimed from q.
         enqueue(&client, &schema, &job("other", 100, NOW - 5000), NOW).await;
-        reverse_heap_order(&client, &schema, "jobs", "id", &ids).await;
 
         let one_at_a_time: Vec<Vec<i64>> = {
             let mut out = Vec::new();
@@ -309,11 +323,9 @@ async fn the_claim_goes_by_priority_then_run_at_then_id_up_to_its_limit() {
         assert_eq!(one_at_a_time, wanted, "{reading:?}");
 
         // The same jobs in another queue, claimed three at a time.
-        let mut batch_ids = Vec::new();
-        for j in &expected {
-            batch_ids.push(enqueue(&client, &schema, &job("b", j.priority, j.run_at), NOW).await);
-        }
-        reverse_heap_order(&client, &schema, "jobs", "id", &batch_ids).await;
+        let mut batch_ids = in_claim_order("b").await;
+        batch_ids[..3].sort_unstable();
+        batch_ids[3..].sort_unstable();
         assert_eq!(
             claim(&client, &schema, "b", NOW, 3).await,
             batch_ids[..3],
