@@ -216,7 +216,11 @@ async fn a_restarted_owner_of_the_same_name_cannot_use_its_old_fence() {
         None,
         "the old fence released the new grant"
     );
-    assert_eq!(stored().await, [new.clone()], "the new grant is untouched");
+    assert_eq!(
+        stored().await,
+        std::slice::from_ref(&new),
+        "the new grant is untouched"
+    );
 
     // The new grant's own fence renews and releases it.
     let renewed = Lock {
