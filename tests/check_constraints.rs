@@ -3,6 +3,8 @@
 //! `checks()`: a valid row per table, then, per constraint, that row changed
 //! in the one way its rule forbids. A new CHECK is tested without a new
 //! case; a new kind of rule does not compile until it says how to break it.
+//! That each CHECK exists at all is `invariants.rs`'s: this test follows the
+//! model's list, so a CHECK removed from the model leaves it unnoticed.
 
 use std::collections::BTreeSet;
 

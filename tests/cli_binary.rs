@@ -177,10 +177,12 @@ fn a_server_that_accepts_and_stays_silent_is_given_up_on_after_connect_timeout()
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run schema-gen: {e}"));
     // Bounded here too: without the guard the command would wait forever.
+    // The guard and the bound below are far above the 2 s the command waits:
+    // they catch a lost bound, never a slow machine.
     while child.try_wait().ok().flatten().is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(15) {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
             let _ = child.kill();
-            panic!("check still waits for a silent server after 15 s");
+            panic!("check still waits for a silent server after 60 s");
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -195,7 +197,7 @@ fn a_server_that_accepts_and_stays_silent_is_given_up_on_after_connect_timeout()
         "{stderr}"
     );
     assert!(
-        waited < std::time::Duration::from_secs(10),
+        waited < std::time::Duration::from_secs(30),
         "waited {waited:?}"
     );
     drop(silent);

@@ -4,16 +4,14 @@
 //!
 //! - `SKIP_LOCKED`: with another session holding a lock that conflicts with
 //!   VACUUM, the statement returns at once with PostgreSQL's "skipping"
-//!   warning, never queued behind the lock (without it, it waits out the
-//!   test's `statement_timeout` and fails).
+//!   warning, never queued behind the lock (without it, it waits, and the
+//!   test's `lock_timeout` turns the wait into an error).
 //! - `INDEX_CLEANUP ON`: dead entries at the front of `jobs_claim_idx`, on
 //!   fewer than 2% of the heap's pages (where PostgreSQL would otherwise
 //!   bypass index vacuuming), are removed, and a claim reads past none of
 //!   them.
 //! - `TRUNCATE FALSE`: an emptied table keeps its pages (truncating them
 //!   would take `ACCESS EXCLUSIVE` on `jobs`, which every claim waits for).
-
-use std::time::{Duration, Instant};
 
 use harness::engine::engine_schema;
 use harness::explain::{PlanMode, explain_analyze};
@@ -97,22 +95,18 @@ async fn vacuum_skips_a_locked_jobs_table_at_once() {
 
     let (engine, notices) = connect_with_notices().await;
     // The bound a waiting VACUUM would run into: without SKIP_LOCKED the
-    // statement fails here with a statement timeout.
-    exec(&engine, "SET statement_timeout = '5s'").await;
-    let started = Instant::now();
+    // statement fails here with a lock timeout (the holder keeps its lock
+    // until below). A lock timeout, not a statement timeout: it fires on a
+    // lock wait only, never because a loaded machine is slow to run the
+    // vacuum.
+    exec(&engine, "SET lock_timeout = '1s'").await;
     let vacuum = jobs::vacuum(&schema);
-    let outcome = engine.batch_execute(vacuum.sql()).await;
-    let took = started.elapsed();
-    if let Err(e) = &outcome {
+    if let Err(e) = engine.batch_execute(vacuum.sql()).await {
         panic!(
-            "the vacuum waited for the lock instead of skipping the table ({took:?}): {}",
-            harness::describe_error(e)
+            "the vacuum waited for the lock instead of skipping the table: {}",
+            harness::describe_error(&e)
         );
     }
-    assert!(
-        took < Duration::from_secs(5),
-        "the vacuum took {took:?} with jobs locked"
-    );
     // The notice travels before the command's completion: it is here now.
     let warnings: Vec<String> = notices
         .take()

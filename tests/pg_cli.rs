@@ -249,18 +249,18 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
         "BEGIN; LOCK TABLE {raw}.locks IN ACCESS EXCLUSIVE MODE;"
     )))
     .unwrap();
-    // Released after 10 s whatever happens: a lost bound makes the commands
+    // Released after 60 s whatever happens: a lost bound makes the commands
     // wait for it and then pass, which fails this test instead of hanging it.
+    // Far above the 300ms bound, so a loaded machine never gets there first.
     let holder = std::sync::Arc::new(holder);
     let release = {
         let holder = std::sync::Arc::clone(&holder);
         rt.spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
             let _ = holder.batch_execute("ROLLBACK").await;
         })
     };
     for command in ["check", "apply"] {
-        let started = std::time::Instant::now();
         let ran = cli(&[
             command,
             "--database-url",
@@ -270,7 +270,6 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
             "--lock-timeout",
             "300ms",
         ]);
-        let took = started.elapsed();
         assert_eq!(ran.code, ExitCode::from(2), "{command}: {}", ran.stderr);
         assert_eq!(ran.stdout, "", "{command}");
         assert_eq!(ran.stderr.lines().count(), 1, "{command}: {:?}", ran.stderr);
@@ -293,11 +292,9 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
             "{}",
             ran.stderr
         );
-        // Not hung: the bound, a connection and a look-up, well within this.
-        assert!(
-            took < std::time::Duration::from_secs(5),
-            "{command}: {took:?}"
-        );
+        // Not hung: it gave up with the bound's message while the lock was
+        // still held (the holder lets go after 60 s or below), so the bound
+        // fired; its wall-clock time is the machine's load, not a property.
     }
     release.abort();
     rt.block_on(holder.batch_execute("ROLLBACK")).unwrap();

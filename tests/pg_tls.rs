@@ -20,11 +20,16 @@ use schema_gen::connect::{ConnectOptions, Environment, PasswordSource};
 /// An environment with a home directory that holds nothing, so neither a
 /// password file nor `~/.postgresql/` applies unless a test puts it there.
 fn bare_env() -> Environment {
+    Environment::new()
+        .with_home(bare_env_home())
+        .with_os_user("schema_gen_tests")
+}
+
+/// The empty home directory of [`bare_env`].
+fn bare_env_home() -> PathBuf {
     let home = tls_server().scratch_dir().join("empty-home");
     std::fs::create_dir_all(&home).unwrap_or_else(|e| panic!("{}: {e}", home.display()));
-    Environment::new()
-        .with_home(home)
-        .with_os_user("schema_gen_tests")
+    home
 }
 
 /// A URL for `ADMIN` on the TLS server, its password percent-encoded.
@@ -492,4 +497,90 @@ fn the_tls_protocol_versions_follow_ssl_min_and_max_protocol_version() {
     assert_eq!(version_of(""), "TLSv1.3");
     assert_eq!(version_of("ssl_max_protocol_version=TLSv1.2"), "TLSv1.2");
     assert_eq!(version_of("ssl_min_protocol_version=TLSv1.3"), "TLSv1.3");
+}
+
+/// The uid a key is given to for the cases of a non-root owner (`nobody` on
+/// Debian; no account is needed to own a file).
+const UNPRIVILEGED_UID: u32 = 65534;
+
+/// libpq's rule for a client key: no access for group or others, except
+/// group read on a key that root owns (a system-wide key shared through a
+/// group). Each mode is tried on a key owned by root and on one owned by an
+/// unprivileged uid; the tests run as root (as CI does), which may read
+/// either, so only the rule decides.
+#[test]
+fn a_client_key_readable_by_its_group_is_accepted_only_when_root_owns_it() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    if harness::skip_db_tests() {
+        return;
+    }
+    let server = tls_server();
+    let raw = applied_schema("tls_key_modes");
+    let base = format!(
+        "host=localhost port={} user={CERT_USER} dbname=postgres sslmode=verify-full \
+         sslrootcert='{}' sslcert='{}'",
+        server.port(),
+        server.ca_file().display(),
+        server.client_cert_file().display(),
+    );
+    let dir = server.scratch_dir().join("key-modes");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    // (owner, mode, accepted)
+    let cases = [
+        (0, 0o600, true),
+        (0, 0o400, true),
+        (0, 0o640, true),
+        (0, 0o440, true),
+        (0, 0o660, false),
+        (0, 0o620, false),
+        (0, 0o650, false),
+        (0, 0o604, false),
+        (0, 0o644, false),
+        (UNPRIVILEGED_UID, 0o600, true),
+        (UNPRIVILEGED_UID, 0o400, true),
+        (UNPRIVILEGED_UID, 0o640, false),
+        (UNPRIVILEGED_UID, 0o440, false),
+        (UNPRIVILEGED_UID, 0o604, false),
+    ];
+    for (owner, mode, accepted) in cases {
+        let key = dir.join(format!("client-{owner}-{mode:o}.key"));
+        std::fs::copy(server.client_key_file(), &key)
+            .unwrap_or_else(|e| panic!("{}: {e}", key.display()));
+        std::os::unix::fs::chown(&key, Some(owner), Some(0)).unwrap_or_else(|e| {
+            panic!(
+                "chown {owner} {}: {e}: this test runs as root, as CI does (.ci/run), to give \
+                 keys to root and to another uid",
+                key.display()
+            )
+        });
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode))
+            .unwrap_or_else(|e| panic!("{}: {e}", key.display()));
+        let meta = std::fs::metadata(&key).unwrap_or_else(|e| panic!("{}: {e}", key.display()));
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (owner, mode), "set-up");
+
+        let url = format!("{base} sslkey='{}'", key.display());
+        // libpq itself is the second opinion: psql takes the same key or not.
+        let psql = std::process::Command::new(server.psql_bin())
+            .env_clear()
+            .env("HOME", bare_env_home())
+            .args(["-X", "-w", "-At", "-c", "SELECT 1", "-d", &url])
+            .output()
+            .unwrap_or_else(|e| panic!("running psql: {e}"));
+        assert_eq!(
+            psql.status.success(),
+            accepted,
+            "psql (libpq) with a key of owner {owner}, mode {mode:o}: {}",
+            String::from_utf8_lossy(&psql.stderr)
+        );
+        if !accepted {
+            let said = String::from_utf8_lossy(&psql.stderr);
+            assert!(said.contains("has group or world access"), "psql: {said}");
+        }
+        if accepted {
+            assert_check_matches(&url, &raw);
+        } else {
+            let ran = run_in(&["check", "--database-url", &url], &bare_env());
+            assert_failed(&ran, "the private key has group or world access");
+        }
+    }
 }

@@ -36,8 +36,9 @@ pub async fn run(client: &Client, statement: &Statement) -> Vec<Row> {
         .unwrap_or_else(|e| panic!("{}: {}", statement.name(), describe_error(&e)))
 }
 
-/// Calls `read` until `done` holds for what it returned (at most 200 times,
-/// 50 ms apart), and returns the last result.
+/// Calls `read` until `done` holds for what it returned (at most 1200 times,
+/// 50 ms apart: a minute, which only a failing run waits out), and returns
+/// the last result.
 ///
 /// The commit-order reader only sees transactions below the snapshot
 /// horizon, which is database-wide: another test's open transaction can hold
@@ -47,7 +48,7 @@ pub async fn until_horizon_passes<T>(
     done: impl Fn(&T) -> bool,
 ) -> T {
     let mut last = read().await;
-    for _ in 1..200 {
+    for _ in 1..1200 {
         if done(&last) {
             break;
         }

@@ -1,0 +1,403 @@
+//! The claim path under concurrency, proven by what the statements do on a
+//! real server, not by their text: a claim (or promote) never hands one job
+//! to two sessions and never waits behind another session's row locks
+//! (`FOR UPDATE SKIP LOCKED`, the promise of `jobs::claim` and
+//! `jobs::promote`).
+//!
+//! Two methods:
+//!
+//! - **a held transaction**: one session claims (promotes) in a transaction
+//!   it keeps open; another runs the same statement with `lock_timeout` set,
+//!   so any wait for a row lock is an error (SQLSTATE 55P03) instead of a
+//!   hang. It must return at once without the held rows, and never return
+//!   them later, also after the first session commits. `lock_timeout` and
+//!   not a short `statement_timeout`: a statement timeout also counts the
+//!   time a loaded machine takes to schedule the backend, so it would fail
+//!   a correct claim under load; a lock timeout fires only on a lock wait,
+//!   which is the thing that must not happen. A probe (`SELECT ... FOR
+//!   UPDATE` of the held rows under the same setting) shows the setting does
+//!   turn a wait for those rows into that error.
+//! - **many claimers at once** over a fixed set of jobs: every job is handed
+//!   out exactly once (each returned once, each with `attempts = 1`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use harness::engine::{engine_schema, run};
+use harness::{describe_error, exec};
+use schema_gen::statements::{FromRow, Statement, jobs};
+use schema_model::{Job, QueueOpts, SchemaName};
+use tokio::sync::Barrier;
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+
+const NOW: i64 = 1_700_000_000;
+
+/// The longest a session of these tests may wait for any lock. A claim that
+/// skips locked rows never waits at all; one that does not waits for as long
+/// as the holder keeps its transaction open (until the test commits), so
+/// the setting fires whatever its value.
+const NEVER_WAIT: &str = "SET lock_timeout = '1s'";
+
+fn job(queue: &str, priority: i32, run_at: i64) -> Job {
+    Job {
+        queue: queue.into(),
+        payload: b"p".to_vec(),
+        priority,
+        run_at,
+        expires_at: None,
+        enqueued_at: NOW - 100,
+        opts: QueueOpts {
+            visibility_timeout_s: 30,
+            max_attempts: 5,
+            backoff_base_s: 1,
+            dead_letter_retention_s: 60,
+        },
+        ..Job::default()
+    }
+}
+
+/// Enqueues `jobs` (as of `now`) with the product's batch statement; their ids.
+async fn enqueue(client: &Client, schema: &SchemaName, batch: &[Job], now: i64) -> Vec<i64> {
+    run(client, &jobs::enqueue_many(schema, batch, now))
+        .await
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Runs `statement`; its rows, or the server's refusal.
+async fn try_run(
+    client: &Client,
+    statement: &Statement,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    client.query(statement.sql(), &statement.args()).await
+}
+
+/// The ids of the jobs a claim returned.
+fn ids(rows: &[tokio_postgres::Row]) -> BTreeSet<i64> {
+    rows.iter()
+        .map(|row| {
+            Job::from_row(row)
+                .unwrap_or_else(|e| panic!("claim row: {e}"))
+                .id
+        })
+        .collect()
+}
+
+/// Runs `statement` on a session that may not wait for a lock: it must
+/// return without waiting. Its rows.
+async fn without_waiting(client: &Client, statement: &Statement) -> Vec<tokio_postgres::Row> {
+    try_run(client, statement).await.unwrap_or_else(|e| {
+        panic!(
+            "{} waited for another session's row locks instead of skipping them: {}",
+            statement.name(),
+            describe_error(&e)
+        )
+    })
+}
+
+/// Like [`without_waiting`], for the row count.
+async fn count_without_waiting(client: &Client, statement: &Statement) -> u64 {
+    client
+        .execute(statement.sql(), &statement.args())
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} waited for another session's row locks instead of skipping them: {}",
+                statement.name(),
+                describe_error(&e)
+            )
+        })
+}
+
+/// The probe: on `client` (which has [`NEVER_WAIT`]), locking `held` waits
+/// for the holder, and the setting turns that wait into SQLSTATE 55P03. So
+/// a statement that waited for these rows would fail the same way.
+async fn a_wait_for_them_is_refused(client: &Client, schema: &SchemaName, held: &BTreeSet<i64>) {
+    let held: Vec<i64> = held.iter().copied().collect();
+    let err = client
+        .query(
+            &format!("SELECT id FROM {schema}.jobs WHERE id = ANY($1) FOR UPDATE"),
+            &[&held],
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("the rows {held:?} are not locked: this test proves nothing"));
+    assert_eq!(
+        err.code(),
+        Some(&SqlState::LOCK_NOT_AVAILABLE),
+        "{}",
+        describe_error(&err)
+    );
+}
+
+/// Who holds each job of `queue` now, and on which attempt, as committed.
+async fn claims_of(client: &Client, schema: &SchemaName) -> Vec<(i64, Option<String>, i32)> {
+    client
+        .query(
+            &format!("SELECT id, worker_id, attempts FROM {schema}.jobs ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", describe_error(&e)))
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_claim_skips_the_jobs_an_open_claim_holds_without_waiting_and_never_returns_them() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let first = harness::connect().await;
+    let schema = engine_schema(&first, "claim_skips").await;
+    let batch: Vec<Job> = (0..6).map(|n| job("q", 0, NOW - 10 + n)).collect();
+    let all: BTreeSet<i64> = enqueue(&first, &schema, &batch, NOW)
+        .await
+        .into_iter()
+        .collect();
+
+    // The first worker claims two in a transaction it keeps open.
+    exec(&first, "BEGIN").await;
+    let held = ids(&run(&first, &jobs::claim(&schema, "q", "a", NOW, 2)).await);
+    assert_eq!(held.len(), 2, "{held:?}");
+
+    let second = harness::connect().await;
+    exec(&second, NEVER_WAIT).await;
+    a_wait_for_them_is_refused(&second, &schema, &held).await;
+
+    // The second takes the rest at once, none of the held ones ...
+    let taken = ids(&without_waiting(&second, &jobs::claim(&schema, "q", "b", NOW, 10)).await);
+    let rest: BTreeSet<i64> = all.difference(&held).copied().collect();
+    assert_eq!(taken, rest, "held by the first worker: {held:?}");
+    // ... and finds nothing while they are held ...
+    let again = without_waiting(&second, &jobs::claim(&schema, "q", "b", NOW, 10)).await;
+    assert_eq!(ids(&again), BTreeSet::new());
+    // ... nor once the first worker's claim is committed.
+    exec(&first, "COMMIT").await;
+    let after = without_waiting(&second, &jobs::claim(&schema, "q", "c", NOW + 1, 10)).await;
+    assert_eq!(ids(&after), BTreeSet::new());
+
+    let expected: Vec<(i64, Option<String>, i32)> = all
+        .iter()
+        .map(|id| {
+            let worker = if held.contains(id) { "a" } else { "b" };
+            (*id, Some(worker.to_owned()), 1)
+        })
+        .collect();
+    assert_eq!(claims_of(&second, &schema).await, expected);
+}
+
+#[tokio::test]
+async fn a_promote_skips_the_jobs_an_open_promote_holds_without_waiting() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let first = harness::connect().await;
+    let schema = engine_schema(&first, "promote_skips").await;
+    // Six jobs for later: not ready when enqueued.
+    let batch: Vec<Job> = (0..6).map(|n| job("q", 0, NOW + 10 + n)).collect();
+    let all: BTreeSet<i64> = enqueue(&first, &schema, &batch, NOW)
+        .await
+        .into_iter()
+        .collect();
+    let due = NOW + 100;
+
+    exec(&first, "BEGIN").await;
+    let promoted = first
+        .execute(
+            jobs::promote(&schema, "q", due, 2).sql(),
+            &jobs::promote(&schema, "q", due, 2).args(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", describe_error(&e)));
+    assert_eq!(promoted, 2);
+    // The two it holds are the two due first (oldest run_at first).
+    let held: BTreeSet<i64> = all.iter().take(2).copied().collect();
+
+    let second = harness::connect().await;
+    exec(&second, NEVER_WAIT).await;
+    a_wait_for_them_is_refused(&second, &schema, &held).await;
+
+    assert_eq!(
+        count_without_waiting(&second, &jobs::promote(&schema, "q", due, 10)).await,
+        4,
+        "the second promoter flips the four the first does not hold"
+    );
+    assert_eq!(
+        count_without_waiting(&second, &jobs::promote(&schema, "q", due, 10)).await,
+        0,
+        "while the first holds its two, there is nothing left to promote"
+    );
+    exec(&first, "COMMIT").await;
+    assert_eq!(
+        count_without_waiting(&second, &jobs::promote(&schema, "q", due, 10)).await,
+        0,
+        "committed by the first: promoted once, not again"
+    );
+    // All six are claimable now, each once.
+    let claimed = without_waiting(&second, &jobs::claim(&schema, "q", "w", due, 10)).await;
+    assert_eq!(claimed.len(), 6);
+    assert_eq!(ids(&claimed), all);
+}
+
+const WORKERS: usize = 8;
+const ROUNDS: usize = 10;
+const BATCH: u32 = 3;
+/// Exactly what the workers take: each round, each takes one batch.
+const JOBS: usize = WORKERS * ROUNDS * BATCH as usize;
+
+/// Runs `step` on `WORKERS` sessions (each with [`NEVER_WAIT`]) in
+/// `ROUNDS` rounds. In each round every session opens a transaction, runs
+/// `step`, and keeps its transaction open until every session has run its
+/// step of the round; then it commits. So every step runs while the other
+/// sessions' steps of the round hold their rows, whatever the scheduling.
+/// Returns what each step returned, per session and round.
+async fn in_overlapping_rounds<T, F, Fut>(step: F) -> Vec<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(usize, Arc<Client>) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    // Only a failing run waits this long: a worker that panicked never
+    // reaches the barrier again.
+    async fn together(barrier: &Barrier) {
+        tokio::time::timeout(std::time::Duration::from_secs(120), barrier.wait())
+            .await
+            .unwrap_or_else(|_| panic!("another worker failed (see its panic above)"));
+    }
+    let barrier = Arc::new(Barrier::new(WORKERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..WORKERS {
+        let client = Arc::new(harness::connect().await);
+        exec(&client, NEVER_WAIT).await;
+        let steps: Vec<Fut> = (0..ROUNDS)
+            .map(|_| step(worker, Arc::clone(&client)))
+            .collect();
+        let barrier = Arc::clone(&barrier);
+        tasks.spawn(async move {
+            let mut got = Vec::new();
+            for step in steps {
+                exec(&client, "BEGIN").await;
+                got.push(step.await);
+                together(&barrier).await;
+                exec(&client, "COMMIT").await;
+            }
+            (worker, got)
+        });
+    }
+    let mut out: Vec<Option<Vec<T>>> = (0..WORKERS).map(|_| None).collect();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok((worker, got)) => out[worker] = Some(got),
+            // The first failure ends the others (they would wait for it at
+            // the barrier) and fails the test with its own panic.
+            Err(e) if e.is_panic() => {
+                tasks.abort_all();
+                std::panic::resume_unwind(e.into_panic());
+            }
+            Err(e) => panic!("a worker failed: {e}"),
+        }
+    }
+    out.into_iter().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlapping_claimers_hand_out_every_job_exactly_once() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let admin = harness::connect().await;
+    let schema = engine_schema(&admin, "claimers").await;
+    let batch: Vec<Job> = (0..JOBS as i64)
+        .map(|n| job("q", (n % 4) as i32, NOW - 1000 + n))
+        .collect();
+    let all: BTreeSet<i64> = enqueue(&admin, &schema, &batch, NOW)
+        .await
+        .into_iter()
+        .collect();
+
+    let claimed: Vec<Vec<BTreeSet<i64>>> = in_overlapping_rounds(|worker, client| {
+        let claim = jobs::claim(&schema, "q", &format!("w{worker}"), NOW, BATCH);
+        async move { ids(&without_waiting(&client, &claim).await) }
+    })
+    .await;
+
+    // Every claim found a full batch beside the others' held ones ...
+    for (worker, rounds) in claimed.iter().enumerate() {
+        for (round, got) in rounds.iter().enumerate() {
+            assert_eq!(
+                got.len(),
+                BATCH as usize,
+                "w{worker}, round {round}: {got:?}"
+            );
+        }
+    }
+    // ... and no job went to two of them.
+    let handed_out: Vec<i64> = claimed.iter().flatten().flatten().copied().collect();
+    let distinct: BTreeSet<i64> = handed_out.iter().copied().collect();
+    assert_eq!(
+        handed_out.len(),
+        distinct.len(),
+        "a job was handed to two claims"
+    );
+    assert_eq!(distinct, all, "every job is handed out");
+    // The server's record agrees: each claimed once, by the worker that got it.
+    let by_worker: std::collections::BTreeMap<i64, String> = claimed
+        .iter()
+        .enumerate()
+        .flat_map(|(worker, rounds)| {
+            rounds
+                .iter()
+                .flatten()
+                .map(move |id| (*id, format!("w{worker}")))
+        })
+        .collect();
+    for (id, worker, attempts) in claims_of(&admin, &schema).await {
+        assert_eq!(
+            (worker.as_deref(), attempts),
+            (by_worker.get(&id).map(String::as_str), 1),
+            "job {id}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlapping_promoters_flip_every_job_exactly_once() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let admin = harness::connect().await;
+    let schema = engine_schema(&admin, "promoters").await;
+    // Not due when enqueued; all due at `due`.
+    let batch: Vec<Job> = (0..JOBS as i64).map(|n| job("q", 0, NOW + 1 + n)).collect();
+    let all: BTreeSet<i64> = enqueue(&admin, &schema, &batch, NOW)
+        .await
+        .into_iter()
+        .collect();
+    let due = NOW + JOBS as i64 + 1;
+
+    let flipped: Vec<Vec<u64>> = in_overlapping_rounds(|_, client| {
+        let promote = jobs::promote(&schema, "q", due, BATCH);
+        async move { count_without_waiting(&client, &promote).await }
+    })
+    .await;
+    for (worker, rounds) in flipped.iter().enumerate() {
+        assert_eq!(
+            rounds,
+            &vec![u64::from(BATCH); ROUNDS],
+            "promoter {worker}: each promote flips a full batch beside the others' held ones"
+        );
+    }
+    let promote = jobs::promote(&schema, "q", due, 1000);
+    assert_eq!(
+        count_without_waiting(&admin, &promote).await,
+        0,
+        "all promoted"
+    );
+    let claimed = run(&admin, &jobs::claim(&schema, "q", "w", due, 1000)).await;
+    assert_eq!(claimed.len(), JOBS, "each job once");
+    assert_eq!(ids(&claimed), all);
+}
