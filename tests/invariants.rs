@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use harness::describe_error;
 use schema_model::{
-    ConsumedEvents, DeadJobs, Jobs, Locks, Schedules, SchemaName, StreamEvents, StreamOffsets,
-    TableModel,
+    ConsumedEvents, DeadJobs, Jobs, Locks, Schedules, SchemaName, SchemaVersions, StreamEvents,
+    StreamOffsets, TableModel,
 };
 use sea_query::{Expr, PostgresQueryBuilder, Query};
 use tokio_postgres::Client;
@@ -471,6 +471,51 @@ async fn every_invariant_of_the_oracle_exists_and_refuses_its_rows() {
                 not_empty(
                     "consumed_events_event_id_not_empty",
                     ConsumedEvents::EventId,
+                ),
+            ],
+        )
+        .await,
+    );
+
+    record(
+        each_holds(
+            &client,
+            &schema,
+            vec![
+                // Not the version the bootstrap recorded: the key is free.
+                (SchemaVersions::Version, "7"),
+                (SchemaVersions::Release, "'schema-gen 9'"),
+                (SchemaVersions::StartedAt, "10"),
+                (SchemaVersions::ExpandedAt, "20"),
+                (SchemaVersions::ContractedAt, "30"),
+            ],
+            vec![
+                at_least(
+                    "schema_versions_version_positive",
+                    SchemaVersions::Version,
+                    "0",
+                    "1",
+                ),
+                not_empty("schema_versions_release_not_empty", SchemaVersions::Release),
+                invariant(
+                    "schema_versions_expanded_after_start",
+                    vec![vec![(SchemaVersions::ExpandedAt, "9")]],
+                    // NULL: still expanding.
+                    vec![
+                        vec![(SchemaVersions::ExpandedAt, "10")],
+                        vec![
+                            (SchemaVersions::ExpandedAt, "NULL"),
+                            (SchemaVersions::ContractedAt, "NULL"),
+                        ],
+                    ],
+                ),
+                invariant(
+                    "schema_versions_contracted_after_expand",
+                    vec![vec![(SchemaVersions::ContractedAt, "19")]],
+                    vec![
+                        vec![(SchemaVersions::ContractedAt, "20")],
+                        vec![(SchemaVersions::ContractedAt, "NULL")],
+                    ],
                 ),
             ],
         )
