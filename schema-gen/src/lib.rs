@@ -17,11 +17,11 @@
 //!
 //! An engine depends on `schema-gen` (with `default-features = false` to
 //! leave out the CLI) and its async runtime, nothing else: the driver is
-//! re-exported as [`schema_gen::tokio_postgres`](tokio_postgres) (the very
-//! version the statements bind through, so its types always match), the
-//! model as [`schema_gen::schema_model`](schema_model) (names, tables, the
-//! typed identifiers), and the value shapes beside the statements
-//! ([`statements::Job`], ...). [`statements::Session`] prepares the
+//! re-exported as `schema_gen::tokio_postgres` (the very version the
+//! statements bind through, so its types always match), the model as
+//! `schema_gen::schema_model` (names, tables, the typed identifiers), the
+//! schema name as [`SchemaName`], and the value shapes, with their fields,
+//! beside the statements ([`statements::Job`], ...). [`statements::Session`] prepares the
 //! statements once per connection and runs them typed; its docs hold a
 //! whole engine program (`examples/engine.rs`).
 

@@ -70,10 +70,38 @@ pub trait Returns {
     ///
     /// # Errors
     ///
-    /// [`StatementErrorKind::Row`] when a row does not decode,
-    /// [`StatementErrorKind::RowCount`] when the statement returned another
-    /// number of rows than it promises.
-    fn decode(rows: Vec<Row>, rows_affected: u64) -> Result<Self::Output, StatementErrorKind>;
+    /// [`DecodeError::Row`] when a row does not decode,
+    /// [`DecodeError::RowCount`] when the statement returned another number
+    /// of rows than it promises.
+    fn decode(rows: Vec<Row>, rows_affected: u64) -> Result<Self::Output, DecodeError>;
+}
+
+/// A statement's result that does not decode into what it returns; a
+/// [`Session`](super::Session) reports it as the
+/// [`StatementErrorKind`] of the same name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// A row did not decode into its shape.
+    #[error(transparent)]
+    Row(#[from] RowError),
+    /// Another number of rows than the statement promises.
+    #[error("returned {got} rows where it returns {expected}")]
+    RowCount {
+        /// What the statement promises: `exactly one row`, `at most one row`.
+        expected: &'static str,
+        /// How many it returned.
+        got: usize,
+    },
+}
+
+impl From<DecodeError> for StatementErrorKind {
+    fn from(error: DecodeError) -> Self {
+        match error {
+            DecodeError::Row(row) => Self::Row(row),
+            DecodeError::RowCount { expected, got } => Self::RowCount { expected, got },
+        }
+    }
 }
 
 /// One returned row, decoded: a whole value shape (every [`FromRow`] type,
@@ -106,9 +134,9 @@ pub struct Rows<D>(PhantomData<D>);
 impl<D: Decode> Returns for Rows<D> {
     type Output = Vec<D::Output>;
 
-    fn decode(rows: Vec<Row>, _: u64) -> Result<Self::Output, StatementErrorKind> {
+    fn decode(rows: Vec<Row>, _: u64) -> Result<Self::Output, DecodeError> {
         rows.iter()
-            .map(|row| D::decode(row).map_err(StatementErrorKind::Row))
+            .map(|row| D::decode(row).map_err(DecodeError::Row))
             .collect()
     }
 }
@@ -120,10 +148,10 @@ pub struct One<D>(PhantomData<D>);
 impl<D: Decode> Returns for One<D> {
     type Output = D::Output;
 
-    fn decode(rows: Vec<Row>, _: u64) -> Result<Self::Output, StatementErrorKind> {
+    fn decode(rows: Vec<Row>, _: u64) -> Result<Self::Output, DecodeError> {
         match rows.as_slice() {
             [row] => Ok(D::decode(row)?),
-            _ => Err(StatementErrorKind::RowCount {
+            _ => Err(DecodeError::RowCount {
                 expected: "exactly one row",
                 got: rows.len(),
             }),
@@ -139,11 +167,11 @@ pub struct Optional<D>(PhantomData<D>);
 impl<D: Decode> Returns for Optional<D> {
     type Output = Option<D::Output>;
 
-    fn decode(rows: Vec<Row>, _: u64) -> Result<Self::Output, StatementErrorKind> {
+    fn decode(rows: Vec<Row>, _: u64) -> Result<Self::Output, DecodeError> {
         match rows.as_slice() {
             [] => Ok(None),
             [row] => Ok(Some(D::decode(row)?)),
-            _ => Err(StatementErrorKind::RowCount {
+            _ => Err(DecodeError::RowCount {
                 expected: "at most one row",
                 got: rows.len(),
             }),
@@ -160,7 +188,7 @@ pub struct RowsAffected;
 impl Returns for RowsAffected {
     type Output = u64;
 
-    fn decode(_: Vec<Row>, rows_affected: u64) -> Result<u64, StatementErrorKind> {
+    fn decode(_: Vec<Row>, rows_affected: u64) -> Result<u64, DecodeError> {
         Ok(rows_affected)
     }
 }
@@ -172,7 +200,7 @@ pub struct Done;
 impl Returns for Done {
     type Output = ();
 
-    fn decode(_: Vec<Row>, _: u64) -> Result<(), StatementErrorKind> {
+    fn decode(_: Vec<Row>, _: u64) -> Result<(), DecodeError> {
         Ok(())
     }
 }

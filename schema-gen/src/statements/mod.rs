@@ -11,28 +11,50 @@
 //! here, about 60% more per claim than a prepared statement); and one
 //! [`Param`] per placeholder, named after the value shape's field it carries
 //! (`queue`, `run_at`, ...), `now` for the current unix second, `limit` for
-//! a batch size. The text depends on the schema name only, so an engine can
-//! prepare it once and execute it with new values.
+//! a batch size. Each name is one placeholder: a value the statement uses
+//! twice (`claim` compares and stores `now` three times) is the same `$n`
+//! each time. The text depends on the schema name only.
+//!
+//! # Running them: typed calls on a session
+//!
+//! Beside each function is its [`Call`]: a type whose fields are the
+//! statement's inputs ([`jobs::Claim`] for [`jobs::claim`]), which declares
+//! what the statement returns ([`Call::Returns`]: [`Rows`] of a shape, [`One`]
+//! id, [`Optional`] lock, [`RowsAffected`], ...) and lists its values without
+//! building the text ([`Call::values`]). A [`Session`] holds one connection:
+//! it prepares each statement once on it (on first use, or all at once with
+//! [`Session::prepare_all`]), then binds only values, and decodes what comes
+//! back by the model's typed columns, so engine code never names a column by
+//! a string. A failure is a [`StatementError`] naming the statement, with the
+//! server's message, SQLSTATE, detail and hint.
 //!
 //! ```no_run
-//! # async fn demo(client: &tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! use schema_gen::statements::{jobs, FromRow};
-//! use schema_model::{Job, SchemaName};
+//! # async fn demo(client: schema_gen::tokio_postgres::Client) -> Result<(), schema_gen::statements::StatementError> {
+//! use schema_gen::SchemaName;
+//! use schema_gen::statements::{Job, Session, jobs};
 //!
-//! let schema = SchemaName::default();
+//! let session = Session::new(client, SchemaName::default());
 //! let now = 1_700_000_000;
-//! // The claim path: promote the queue's due jobs, then claim.
-//! let promote = jobs::promote(&schema, "mail", now, 100);
-//! client.execute(promote.sql(), &promote.args()).await?;
-//! let claim = jobs::claim(&schema, "mail", "worker-1", now, 10);
-//! for row in client.query(claim.sql(), &claim.args()).await? {
-//!     let job = Job::from_row(&row)?;
+//! // The claim path (CLAIM_PATH), in one round trip: promote the queue's due
+//! // jobs, then claim. No transaction is needed (see `Session`).
+//! let (_promoted, claimed): (u64, Vec<Job>) = session
+//!     .run_pipelined(
+//!         &jobs::Promote { queue: "mail", now, limit: 100 },
+//!         &jobs::Claim { queue: "mail", worker_id: "worker-1", now, limit: 10 },
+//!     )
+//!     .await?;
+//! for job in &claimed {
 //!     // ... run it, then ack with the claim's token (id, worker_id, attempts):
-//!     let ack = jobs::ack(&schema, job.id, "worker-1", job.attempts);
-//!     client.execute(ack.sql(), &ack.args()).await?;
+//!     let acked: u64 = session
+//!         .run(&jobs::Ack { id: job.id, worker_id: "worker-1", attempts: job.attempts })
+//!         .await?;
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! [`Session`]'s docs hold a whole engine program (`examples/engine.rs`).
+//! The [`Statement`] with its values stays available for a one-off run or an
+//! `EXPLAIN`: `client.query(statement.sql(), &statement.args())`.
 //!
 //! # The claim: why ready/scheduled split
 //!
@@ -100,12 +122,16 @@
 //!
 //! # Row mapping
 //!
-//! [`FromRow`] decodes each value shape from a `tokio_postgres::Row` by the
-//! model's typed column names (`Jobs::Priority`, never `"priority"`); a
-//! missing column or a column of the wrong type is a [`RowError`] naming
-//! it, never a default. The statements that write a shape take it whole
-//! ([`jobs::enqueue`] takes a [`Job`](schema_model::Job)) and bind each field to
-//! its column.
+//! [`FromRow`] decodes each value shape ([`Job`], [`DeadJob`],
+//! [`StreamEvent`], [`ConsumerOffset`], [`Schedule`], [`Lock`],
+//! [`ConsumedEvent`], re-exported here from `schema-model`) from a
+//! `tokio_postgres::Row` by the model's typed column names
+//! (`Jobs::Priority`, never `"priority"`), and [`jobs::JobId`],
+//! [`dead_jobs::DeadJobId`] and [`streams::EventId`] decode a returned id the
+//! same way ([`Decode`]); a missing column or a column of the wrong type is a
+//! [`RowError`] naming it, never a default. The statements that write a
+//! shape take it whole ([`jobs::enqueue`] takes a [`Job`]) and bind each
+//! field to its column.
 
 mod call;
 pub mod consumed_events;
@@ -118,7 +144,9 @@ pub mod schedules;
 mod session;
 pub mod streams;
 
-pub use call::{Call, Decode, Done, One, Optional, Output, Returns, Rows, RowsAffected};
+pub use call::{
+    Call, Decode, DecodeError, Done, One, Optional, Output, Returns, Rows, RowsAffected,
+};
 pub use error::{StatementError, StatementErrorKind};
 pub use row::{FromRow, RowError};
 pub use session::Session;

@@ -110,7 +110,7 @@ impl<C: GenericClient + Sync> Session<C> {
             .await
             .map_err(|e| StatementError::from_driver(Q::NAME, e))?;
         <Q::Returns as Returns>::decode(rows, rows_affected)
-            .map_err(|kind| StatementError::new(Q::NAME, kind))
+            .map_err(|error| StatementError::new(Q::NAME, error.into()))
     }
 
     /// Runs `first` and `second` in one round trip: both are sent before
