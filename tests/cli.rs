@@ -167,6 +167,16 @@ fn statements_prints_every_hot_path_statement_in_both_formats() {
             .map(|p| (format!("\"{}\"", p.name), format!("\"{}\"", p.type_name())))
             .collect();
         assert_eq!(params, expected, "{}", statement.name());
+        // A tool binds by name: each name is one placeholder.
+        let mut names: Vec<&String> = params.iter().map(|(name, _)| name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            params.len(),
+            "{}: a name repeats",
+            statement.name()
+        );
     }
     assert_eq!(
         parsed["claim_path"],

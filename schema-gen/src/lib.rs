@@ -12,8 +12,33 @@
 //! live schema differs from the model; both wait for a lock at most
 //! [`Options::lock_timeout`] ([`bootstrap_with`], [`verify_with`]) and fail
 //! with an [`Error`] whose [`ErrorKind`] says what is wrong and what to do.
+//!
+//! # Engine code: this crate is the one dependency
+//!
+//! An engine depends on `schema-gen` (with `default-features = false` to
+//! leave out the CLI) and its async runtime, nothing else: the driver is
+//! re-exported as `schema_gen::tokio_postgres` (the very version the
+//! statements bind through, so its types always match), the model as
+//! `schema_gen::schema_model` (names, tables, the typed identifiers), the
+//! schema name as [`SchemaName`], and the value shapes, with their fields,
+//! beside the statements ([`statements::Job`], ...). [`statements::Session`] prepares the
+//! statements once per connection and runs them typed; its docs hold a
+//! whole engine program (`examples/engine.rs`).
 
 #![deny(missing_docs)]
+
+/// The PostgreSQL driver the statements are bound through (tokio-postgres,
+/// re-exported): connect with it, and hand its `Client` to [`bootstrap()`]
+/// and [`statements::Session`].
+pub use tokio_postgres;
+
+/// The typed schema model (`schema-model`, re-exported): [`SchemaName`],
+/// the tables and their typed identifiers, the value shapes.
+pub use schema_model;
+
+/// The name of the engine-owned schema (from `schema-model`).
+#[doc(inline)]
+pub use schema_model::SchemaName;
 
 pub mod bootstrap;
 pub mod catalog;

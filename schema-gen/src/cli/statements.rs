@@ -24,7 +24,10 @@ pub struct StatementsArgs {
 pub enum StatementsFormat {
     /// Each statement as SQL, preceded by its name and parameters in comments.
     Sql,
-    /// `{"statements": [{"name", "sql", "params": [{"name", "type"}]}], "claim_path": [...]}`.
+    /// `{"statements": [{"name", "sql", "params": [{"name", "type"}]}], "claim_path": [...]}`;
+    /// `params[n - 1]` is `$n`, and each name is one placeholder (a value the
+    /// statement uses twice is the same `$n` twice in `sql`), so a tool can
+    /// bind by name.
     Json,
 }
 

@@ -1,12 +1,12 @@
 //! The ClickHouse dialect: DDL, the insert statement and the `FINAL` count
 //! query of the analytics family, rendered from the model's
-//! [`ClickHouseTable`](schema_model::ClickHouseTable) enums.
+//! `ClickHouseTable` enums (`schema_model::analytics`).
 //!
 //! sea-query has no ClickHouse backend (its MySQL builder quotes and types
 //! differently), so this is a small renderer of its own over the same kind
 //! of `Iden` enums: column lists come from `EnumIter`, every column,
 //! partition, sorting-key and TTL reference goes through the enum, and the
-//! only user input, the [`DatabaseName`](schema_model::DatabaseName), is
+//! only user input, the [`DatabaseName`], is
 //! validated before it gets here and backtick-quoted anyway.
 //!
 //! `schema-gen sql --dialect clickhouse` prints [`script`]; the snapshots
@@ -49,3 +49,8 @@ pub use render::{
     ClickHouseStatement, ClickHouseStatementKind, DATABASE_DOC, INSERT_SETTINGS, count_final_query,
     create_database, create_table, insert_statement, qualified, script, statements,
 };
+
+/// The analytics database's name (from `schema-model`), which the rendering
+/// functions take.
+#[doc(inline)]
+pub use schema_model::DatabaseName;

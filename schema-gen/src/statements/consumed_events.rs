@@ -2,11 +2,12 @@
 //! row mapping.
 
 use sea_query::{OnConflict, Query};
+use sea_query_postgres::PostgresValues;
 
 use schema_model::{ConsumedEvent, ConsumedEvents, SchemaName};
 
 use super::row::get;
-use super::{FromRow, RowError, Statement, build, table};
+use super::{Call, FromRow, Optional, RowError, Statement, build, table, values};
 
 impl FromRow for ConsumedEvent {
     fn from_row(row: &tokio_postgres::Row) -> Result<Self, RowError> {
@@ -66,4 +67,29 @@ pub fn claim(schema: &SchemaName, event: &ConsumedEvent) -> Statement {
             ]))
             .to_owned()
     })
+}
+
+/// A call of [`claim`]: returns the ledger entry when the event is new,
+/// `None` for a duplicate.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The entry: consumer, event id, the current unix second.
+    pub event: &'a ConsumedEvent,
+}
+
+impl Call for Claim<'_> {
+    const NAME: &'static str = "dedup_claim";
+    type Returns = Optional<ConsumedEvent>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        claim(schema, self.event)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.event.consumer.clone().into(),
+            self.event.event_id.clone().into(),
+            self.event.consumed_at.into(),
+        ])
+    }
 }

@@ -4,8 +4,10 @@ use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
 
 use schema_model::{DeadJob, DeadJobs, QueueOpts, SchemaName, TableModel};
 
+use sea_query_postgres::PostgresValues;
+
 use super::row::get;
-use super::{FromRow, RowError, Statement, any_of, build, table};
+use super::{Call, Decode, FromRow, RowError, Rows, Statement, any_of, build, table, values};
 
 /// The columns of [`DeadJob`]: every column but `purge_at`, which the
 /// database computes.
@@ -79,4 +81,39 @@ pub fn sweep(schema: &SchemaName, now: i64, limit: u32) -> Statement {
             .returning(Query::returning().columns(dead_job_columns()))
             .to_owned()
     })
+}
+
+/// The `id` of the `dead_jobs` row a statement returned (`RETURNING id`):
+/// the id the job had in `jobs`.
+#[derive(Debug)]
+pub struct DeadJobId;
+
+impl Decode for DeadJobId {
+    type Output = i64;
+
+    fn decode(row: &tokio_postgres::Row) -> Result<i64, RowError> {
+        get(row, DeadJobs::Id)
+    }
+}
+
+/// A call of [`sweep`]: returns the dead jobs it deleted.
+#[derive(Debug, Clone, Copy)]
+pub struct Sweep {
+    /// The current unix second.
+    pub now: i64,
+    /// The most dead jobs to delete.
+    pub limit: u32,
+}
+
+impl Call for Sweep {
+    const NAME: &'static str = "dead_letter_sweep";
+    type Returns = Rows<DeadJob>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        sweep(schema, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.now.into(), u64::from(self.limit).into()])
+    }
 }

@@ -5,12 +5,17 @@ use sea_query::{
     Alias, CommonTableExpression, DeleteStatement, Expr, ExprTrait, IdenStatic, LockBehavior,
     LockType, Order, Query, ReturningClause, WithClause, WithQuery,
 };
+use sea_query_postgres::PostgresValues;
 use strum::IntoEnumIterator;
 
 use schema_model::{DeadJobs, Job, Jobs, QueueOpts, SchemaName, SqlType, TableModel};
 
+use super::dead_jobs::DeadJobId;
 use super::row::get;
-use super::{Binder, FromRow, RowError, Statement, any_of, build, cast, table};
+use super::{
+    Binder, Call, Decode, Definition, Done, FromRow, One, Optional, RowError, Rows, RowsAffected,
+    Statement, any_of, array_value, build, cast, table, values,
+};
 
 /// The columns of [`Job`]: every column but the statements' bookkeeping
 /// (`ready`, derived from `run_at`).
@@ -78,7 +83,7 @@ fn ready_at(b: &mut Binder, run_at: i64, now: i64) -> Expr {
 ///         r#"INSERT INTO "alkstore"."jobs" ("queue", "payload", "priority", "run_at", "expires_at", "#,
 ///         r#""enqueued_at", "visibility_timeout_s", "max_attempts", "backoff_base_s", "#,
 ///         r#""dead_letter_retention_s", "attempts", "ready") "#,
-///         r#"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, CAST($11 AS bigint) <= CAST($12 AS bigint)) "#,
+///         r#"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, CAST($4 AS bigint) <= CAST($11 AS bigint)) "#,
 ///         r#"RETURNING "id""#,
 ///     )
 /// );
@@ -87,7 +92,7 @@ fn ready_at(b: &mut Binder, run_at: i64, now: i64) -> Expr {
 ///     [
 ///         "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at",
 ///         "visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s",
-///         "run_at", "now",
+///         "now",
 ///     ]
 /// );
 /// ```
@@ -276,16 +281,16 @@ pub fn promote(schema: &SchemaName, queue: &str, now: i64, limit: u32) -> Statem
 ///     s.sql(),
 ///     concat!(
 ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = $1, "claimed_at" = $2, "#,
-///         r#""claim_expires_at" = $3 + "visibility_timeout_s", "attempts" = "attempts" + 1 "#,
+///         r#""claim_expires_at" = $2 + "visibility_timeout_s", "attempts" = "attempts" + 1 "#,
 ///         r#"WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-///         r#"WHERE "queue" = $4 AND "claimed_at" IS NULL AND "ready" AND "run_at" <= $5 "#,
-///         r#"ORDER BY "priority" DESC, "run_at" ASC, "id" ASC LIMIT $6 FOR UPDATE SKIP LOCKED)) "#,
+///         r#"WHERE "queue" = $3 AND "claimed_at" IS NULL AND "ready" AND "run_at" <= $2 "#,
+///         r#"ORDER BY "priority" DESC, "run_at" ASC, "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED)) "#,
 ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at", "#,
 ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "#,
 ///         r#""attempts", "worker_id", "claimed_at", "claim_expires_at", "last_error""#,
 ///     )
 /// );
-/// assert_eq!(s.param_names(), ["worker_id", "now", "now", "queue", "now", "limit"]);
+/// assert_eq!(s.param_names(), ["worker_id", "now", "queue", "limit"]);
 /// ```
 pub fn claim(schema: &SchemaName, queue: &str, worker_id: &str, now: i64, limit: u32) -> Statement {
     build("claim", |b| {
@@ -368,10 +373,10 @@ pub fn ack(schema: &SchemaName, id: i64, worker_id: &str, attempts: i32) -> Stat
 ///     s.sql(),
 ///     concat!(
 ///         r#"DELETE FROM "alkstore"."jobs" WHERE ("id" = ANY(CAST($1 AS bigint[]))) AND "worker_id" = $2 "#,
-///         r#"AND ("id", "attempts") IN (SELECT unnest(CAST($3 AS bigint[])), unnest(CAST($4 AS integer[])))"#,
+///         r#"AND ("id", "attempts") IN (SELECT unnest(CAST($1 AS bigint[])), unnest(CAST($3 AS integer[])))"#,
 ///     )
 /// );
-/// assert_eq!(s.param_names(), ["id", "worker_id", "id", "attempts"]);
+/// assert_eq!(s.param_names(), ["id", "worker_id", "attempts"]);
 /// ```
 pub fn ack_many(schema: &SchemaName, worker_id: &str, claims: &[(i64, i32)]) -> Statement {
     build("ack_many", |b| {
@@ -428,14 +433,14 @@ pub fn ack_many(schema: &SchemaName, worker_id: &str, claims: &[(i64, i32)]) -> 
 ///     s.sql(),
 ///     concat!(
 ///         r#"UPDATE "alkstore"."jobs" SET "run_at" = $1, "#,
-///         r#""ready" = CAST($2 AS bigint) <= CAST($3 AS bigint), "last_error" = $4, "#,
+///         r#""ready" = CAST($1 AS bigint) <= CAST($2 AS bigint), "last_error" = $3, "#,
 ///         r#""worker_id" = NULL, "claimed_at" = NULL, "claim_expires_at" = NULL "#,
-///         r#"WHERE "id" = $5 AND "worker_id" = $6 AND "attempts" = $7"#,
+///         r#"WHERE "id" = $4 AND "worker_id" = $5 AND "attempts" = $6"#,
 ///     )
 /// );
 /// assert_eq!(
 ///     s.param_names(),
-///     ["run_at", "run_at", "now", "last_error", "id", "worker_id", "attempts"]
+///     ["run_at", "now", "last_error", "id", "worker_id", "attempts"]
 /// );
 /// ```
 pub fn retry(
@@ -687,9 +692,9 @@ pub fn reap(schema: &SchemaName, now: i64, limit: u32) -> Statement {
 ///     r#"ORDER BY "claim_expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id", "#,
 /// )));
 /// assert!(s.sql().ends_with(
-///     r#""claimed_at", CAST('claim lapsed on the last attempt: the worker neither acked, retried nor killed the job in time' AS text), CAST($3 AS bigint) FROM "dead" RETURNING "id""#
+///     r#""claimed_at", CAST('claim lapsed on the last attempt: the worker neither acked, retried nor killed the job in time' AS text), CAST($1 AS bigint) FROM "dead" RETURNING "id""#
 /// ));
-/// assert_eq!(s.param_names(), ["now", "limit", "now"]);
+/// assert_eq!(s.param_names(), ["now", "limit"]);
 /// ```
 pub fn reap_exhausted(schema: &SchemaName, now: i64, limit: u32) -> Statement {
     build("reap_exhausted", |b| {
@@ -723,7 +728,8 @@ pub fn reap_exhausted(schema: &SchemaName, now: i64, limit: u32) -> Statement {
 ///     r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
 ///     r#"WHERE "expires_at" < $1 ORDER BY "expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id", "#,
 /// )));
-/// assert_eq!(s.param_names(), ["now", "limit", "now"]);
+/// assert!(s.sql().ends_with(r#"CAST($1 AS bigint) FROM "dead" RETURNING "id""#));
+/// assert_eq!(s.param_names(), ["now", "limit"]);
 /// ```
 pub fn expire(schema: &SchemaName, now: i64, limit: u32) -> Statement {
     build("expire", |b| {
@@ -775,14 +781,398 @@ pub fn expire(schema: &SchemaName, now: i64, limit: u32) -> Statement {
 pub fn vacuum(schema: &SchemaName) -> Statement {
     // sea-query has no VACUUM builder: the text is written here, with the
     // names quoted by the same function the DDL uses.
-    Statement {
-        name: "vacuum",
-        sql: format!(
-            "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}.{}",
-            crate::render::quote_ident(schema.as_str()),
-            crate::render::quote_ident(Jobs::TABLE.as_str()),
-        ),
-        params: Vec::new(),
-        values: sea_query_postgres::PostgresValues(Vec::new()),
+    Statement::new(
+        Definition {
+            name: "vacuum",
+            sql: format!(
+                "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}.{}",
+                crate::render::quote_ident(schema.as_str()),
+                crate::render::quote_ident(Jobs::TABLE.as_str()),
+            ),
+            params: Vec::new(),
+        },
+        values([]),
+    )
+}
+
+/// The `id` of the `jobs` row a statement returned (`RETURNING id`).
+#[derive(Debug)]
+pub struct JobId;
+
+impl Decode for JobId {
+    type Output = i64;
+
+    fn decode(row: &tokio_postgres::Row) -> Result<i64, RowError> {
+        get(row, Jobs::Id)
+    }
+}
+
+/// A call of [`enqueue`]: returns the new job's id.
+#[derive(Debug, Clone, Copy)]
+pub struct Enqueue<'a> {
+    /// The job (its engine-assigned fields are not read).
+    pub job: &'a Job,
+    /// The current unix second.
+    pub now: i64,
+}
+
+impl Call for Enqueue<'_> {
+    const NAME: &'static str = "enqueue";
+    type Returns = One<JobId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        enqueue(schema, self.job, self.now)
+    }
+
+    fn values(&self) -> PostgresValues {
+        let job = self.job;
+        values([
+            job.queue.clone().into(),
+            job.payload.clone().into(),
+            job.priority.into(),
+            job.run_at.into(),
+            job.expires_at.into(),
+            job.enqueued_at.into(),
+            job.opts.visibility_timeout_s.into(),
+            job.opts.max_attempts.into(),
+            job.opts.backoff_base_s.into(),
+            job.opts.dead_letter_retention_s.into(),
+            self.now.into(),
+        ])
+    }
+}
+
+/// A call of [`enqueue_many`]: returns the new jobs' ids, in the order of
+/// `jobs`.
+#[derive(Debug, Clone, Copy)]
+pub struct EnqueueMany<'a> {
+    /// The jobs (their engine-assigned fields are not read).
+    pub jobs: &'a [Job],
+    /// The current unix second.
+    pub now: i64,
+}
+
+impl Call for EnqueueMany<'_> {
+    const NAME: &'static str = "enqueue_many";
+    type Returns = Rows<JobId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        enqueue_many(schema, self.jobs, self.now)
+    }
+
+    fn values(&self) -> PostgresValues {
+        let field = |column: Jobs, value: fn(&Job) -> sea_query::Value| {
+            array_value(column, self.jobs.iter().map(value).collect())
+        };
+        values([
+            self.now.into(),
+            field(Jobs::Queue, |j| j.queue.clone().into()),
+            field(Jobs::Payload, |j| j.payload.clone().into()),
+            field(Jobs::Priority, |j| j.priority.into()),
+            field(Jobs::RunAt, |j| j.run_at.into()),
+            field(Jobs::ExpiresAt, |j| j.expires_at.into()),
+            field(Jobs::EnqueuedAt, |j| j.enqueued_at.into()),
+            field(Jobs::VisibilityTimeoutS, |j| {
+                j.opts.visibility_timeout_s.into()
+            }),
+            field(Jobs::MaxAttempts, |j| j.opts.max_attempts.into()),
+            field(Jobs::BackoffBaseS, |j| j.opts.backoff_base_s.into()),
+            field(Jobs::DeadLetterRetentionS, |j| {
+                j.opts.dead_letter_retention_s.into()
+            }),
+        ])
+    }
+}
+
+/// A call of [`promote`], the first step of the claim path: returns how
+/// many jobs it made ready.
+#[derive(Debug, Clone, Copy)]
+pub struct Promote<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// The current unix second.
+    pub now: i64,
+    /// The most jobs to promote (above the claim's batch, e.g. 10x).
+    pub limit: u32,
+}
+
+impl Call for Promote<'_> {
+    const NAME: &'static str = "promote";
+    type Returns = RowsAffected;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        promote(schema, self.queue, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.queue.into(),
+            self.now.into(),
+            u64::from(self.limit).into(),
+        ])
+    }
+}
+
+/// A call of [`claim`]: returns the claimed jobs, each with its claim token
+/// `(id, worker_id, attempts)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// The claiming worker.
+    pub worker_id: &'a str,
+    /// The current unix second.
+    pub now: i64,
+    /// The most jobs to claim.
+    pub limit: u32,
+}
+
+impl Call for Claim<'_> {
+    const NAME: &'static str = "claim";
+    type Returns = Rows<Job>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        claim(schema, self.queue, self.worker_id, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.worker_id.into(),
+            self.now.into(),
+            self.queue.into(),
+            u64::from(self.limit).into(),
+        ])
+    }
+}
+
+/// A call of [`ack`]: returns 1, or 0 when the claim was lost.
+#[derive(Debug, Clone, Copy)]
+pub struct Ack<'a> {
+    /// The job.
+    pub id: i64,
+    /// The worker that claimed it.
+    pub worker_id: &'a str,
+    /// Its `attempts` as the claim returned it.
+    pub attempts: i32,
+}
+
+impl Call for Ack<'_> {
+    const NAME: &'static str = "ack";
+    type Returns = RowsAffected;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        ack(schema, self.id, self.worker_id, self.attempts)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.id.into(), self.worker_id.into(), self.attempts.into()])
+    }
+}
+
+/// A call of [`ack_many`]: returns how many of the claims it acked.
+#[derive(Debug, Clone, Copy)]
+pub struct AckMany<'a> {
+    /// The worker that claimed them.
+    pub worker_id: &'a str,
+    /// Each claim's `(id, attempts)`.
+    pub claims: &'a [(i64, i32)],
+}
+
+impl Call for AckMany<'_> {
+    const NAME: &'static str = "ack_many";
+    type Returns = RowsAffected;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        ack_many(schema, self.worker_id, self.claims)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            array_value(
+                Jobs::Id,
+                self.claims.iter().map(|(id, _)| (*id).into()).collect(),
+            ),
+            self.worker_id.into(),
+            array_value(
+                Jobs::Attempts,
+                self.claims
+                    .iter()
+                    .map(|(_, attempts)| (*attempts).into())
+                    .collect(),
+            ),
+        ])
+    }
+}
+
+/// A call of [`retry`]: returns 1, or 0 when the claim was lost.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry<'a> {
+    /// The job.
+    pub id: i64,
+    /// The worker that claimed it.
+    pub worker_id: &'a str,
+    /// Its `attempts` as the claim returned it.
+    pub attempts: i32,
+    /// When it may run again (the engine computes the backoff).
+    pub run_at: i64,
+    /// The error of the attempt that ended (`None` stores NULL).
+    pub last_error: Option<&'a str>,
+    /// The current unix second.
+    pub now: i64,
+}
+
+impl Call for Retry<'_> {
+    const NAME: &'static str = "retry";
+    type Returns = RowsAffected;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        retry(
+            schema,
+            self.id,
+            self.worker_id,
+            self.attempts,
+            self.run_at,
+            self.last_error,
+            self.now,
+        )
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.run_at.into(),
+            self.now.into(),
+            self.last_error.map(str::to_owned).into(),
+            self.id.into(),
+            self.worker_id.into(),
+            self.attempts.into(),
+        ])
+    }
+}
+
+/// A call of [`kill`]: returns the dead job's id, or `None` when the claim
+/// was lost.
+#[derive(Debug, Clone, Copy)]
+pub struct Kill<'a> {
+    /// The job.
+    pub id: i64,
+    /// The worker that claimed it.
+    pub worker_id: &'a str,
+    /// Its `attempts` as the claim returned it.
+    pub attempts: i32,
+    /// The error of the last attempt (`None` stores NULL).
+    pub last_error: Option<&'a str>,
+    /// The current unix second (`died_at`).
+    pub now: i64,
+}
+
+impl Call for Kill<'_> {
+    const NAME: &'static str = "kill";
+    type Returns = Optional<DeadJobId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        kill(
+            schema,
+            self.id,
+            self.worker_id,
+            self.attempts,
+            self.last_error,
+            self.now,
+        )
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.id.into(),
+            self.worker_id.into(),
+            self.attempts.into(),
+            self.last_error.map(str::to_owned).into(),
+            self.now.into(),
+        ])
+    }
+}
+
+/// A call of [`reap`]: returns the ids of the jobs whose claims it released.
+#[derive(Debug, Clone, Copy)]
+pub struct Reap {
+    /// The current unix second.
+    pub now: i64,
+    /// The most claims to release.
+    pub limit: u32,
+}
+
+impl Call for Reap {
+    const NAME: &'static str = "reap";
+    type Returns = Rows<JobId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        reap(schema, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.now.into(), u64::from(self.limit).into()])
+    }
+}
+
+/// A call of [`reap_exhausted`]: returns the ids of the jobs it moved to
+/// `dead_jobs`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReapExhausted {
+    /// The current unix second.
+    pub now: i64,
+    /// The most jobs to move.
+    pub limit: u32,
+}
+
+impl Call for ReapExhausted {
+    const NAME: &'static str = "reap_exhausted";
+    type Returns = Rows<DeadJobId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        reap_exhausted(schema, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.now.into(), u64::from(self.limit).into()])
+    }
+}
+
+/// A call of [`expire`]: returns the ids of the jobs it moved to
+/// `dead_jobs`.
+#[derive(Debug, Clone, Copy)]
+pub struct Expire {
+    /// The current unix second.
+    pub now: i64,
+    /// The most jobs to move.
+    pub limit: u32,
+}
+
+impl Call for Expire {
+    const NAME: &'static str = "expire";
+    type Returns = Rows<DeadJobId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        expire(schema, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.now.into(), u64::from(self.limit).into()])
+    }
+}
+
+/// A call of [`vacuum`] (on a connection of its own, outside a
+/// transaction).
+#[derive(Debug, Clone, Copy)]
+pub struct Vacuum;
+
+impl Call for Vacuum {
+    const NAME: &'static str = "vacuum";
+    type Returns = Done;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        vacuum(schema)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([])
     }
 }

@@ -11,11 +11,12 @@
 use sea_query::{
     Expr, ExprTrait, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause,
 };
+use sea_query_postgres::PostgresValues;
 
 use schema_model::{Lock, Locks, SchemaName};
 
 use super::row::get;
-use super::{FromRow, RowError, Statement, any_of, build, table};
+use super::{Call, FromRow, Optional, RowError, Rows, Statement, any_of, build, table, values};
 
 fn returning_lock() -> ReturningClause {
     Query::returning().columns([Locks::Name, Locks::Owner, Locks::ExpiresAt, Locks::Fence])
@@ -191,4 +192,125 @@ pub fn sweep(schema: &SchemaName, now: i64, limit: u32) -> Statement {
             .returning(returning_lock())
             .to_owned()
     })
+}
+
+/// A call of [`acquire`]: returns the lock with its new fence, or `None`
+/// while anyone holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Acquire<'a> {
+    /// The lock.
+    pub name: &'a str,
+    /// Who takes it.
+    pub owner: &'a str,
+    /// When it lapses, unless renewed.
+    pub expires_at: i64,
+    /// The current unix second.
+    pub now: i64,
+}
+
+impl Call for Acquire<'_> {
+    const NAME: &'static str = "lock_acquire";
+    type Returns = Optional<Lock>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        acquire(schema, self.name, self.owner, self.expires_at, self.now)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.name.into(),
+            self.owner.into(),
+            self.expires_at.into(),
+            self.now.into(),
+        ])
+    }
+}
+
+/// A call of [`renew`]: returns the renewed lock, or `None` when it was
+/// lost.
+#[derive(Debug, Clone, Copy)]
+pub struct Renew<'a> {
+    /// The lock.
+    pub name: &'a str,
+    /// Its holder.
+    pub owner: &'a str,
+    /// The fence the holder got from [`acquire`].
+    pub fence: i64,
+    /// When it lapses now, unless renewed again.
+    pub expires_at: i64,
+    /// The current unix second.
+    pub now: i64,
+}
+
+impl Call for Renew<'_> {
+    const NAME: &'static str = "lock_renew";
+    type Returns = Optional<Lock>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        renew(
+            schema,
+            self.name,
+            self.owner,
+            self.fence,
+            self.expires_at,
+            self.now,
+        )
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.expires_at.into(),
+            self.name.into(),
+            self.owner.into(),
+            self.fence.into(),
+            self.now.into(),
+        ])
+    }
+}
+
+/// A call of [`release`]: returns the released lock, or `None` when it was
+/// taken over.
+#[derive(Debug, Clone, Copy)]
+pub struct Release<'a> {
+    /// The lock.
+    pub name: &'a str,
+    /// Its holder.
+    pub owner: &'a str,
+    /// The fence the holder got from [`acquire`].
+    pub fence: i64,
+}
+
+impl Call for Release<'_> {
+    const NAME: &'static str = "lock_release";
+    type Returns = Optional<Lock>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        release(schema, self.name, self.owner, self.fence)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.name.into(), self.owner.into(), self.fence.into()])
+    }
+}
+
+/// A call of [`sweep`]: returns the lapsed locks it deleted.
+#[derive(Debug, Clone, Copy)]
+pub struct Sweep {
+    /// The current unix second.
+    pub now: i64,
+    /// The most locks to delete.
+    pub limit: u32,
+}
+
+impl Call for Sweep {
+    const NAME: &'static str = "lock_sweep";
+    type Returns = Rows<Lock>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        sweep(schema, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.now.into(), u64::from(self.limit).into()])
+    }
 }

@@ -11,28 +11,50 @@
 //! here, about 60% more per claim than a prepared statement); and one
 //! [`Param`] per placeholder, named after the value shape's field it carries
 //! (`queue`, `run_at`, ...), `now` for the current unix second, `limit` for
-//! a batch size. The text depends on the schema name only, so an engine can
-//! prepare it once and execute it with new values.
+//! a batch size. Each name is one placeholder: a value the statement uses
+//! twice (`claim` compares and stores `now` three times) is the same `$n`
+//! each time. The text depends on the schema name only.
+//!
+//! # Running them: typed calls on a session
+//!
+//! Beside each function is its [`Call`]: a type whose fields are the
+//! statement's inputs ([`jobs::Claim`] for [`jobs::claim`]), which declares
+//! what the statement returns ([`Call::Returns`]: [`Rows`] of a shape, [`One`]
+//! id, [`Optional`] lock, [`RowsAffected`], ...) and lists its values without
+//! building the text ([`Call::values`]). A [`Session`] holds one connection:
+//! it prepares each statement once on it (on first use, or all at once with
+//! [`Session::prepare_all`]), then binds only values, and decodes what comes
+//! back by the model's typed columns, so engine code never names a column by
+//! a string. A failure is a [`StatementError`] naming the statement, with the
+//! server's message, SQLSTATE, detail and hint.
 //!
 //! ```no_run
-//! # async fn demo(client: &tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! use schema_gen::statements::{jobs, FromRow};
-//! use schema_model::{Job, SchemaName};
+//! # async fn demo(client: schema_gen::tokio_postgres::Client) -> Result<(), schema_gen::statements::StatementError> {
+//! use schema_gen::SchemaName;
+//! use schema_gen::statements::{Job, Session, jobs};
 //!
-//! let schema = SchemaName::default();
+//! let session = Session::new(client, SchemaName::default());
 //! let now = 1_700_000_000;
-//! // The claim path: promote the queue's due jobs, then claim.
-//! let promote = jobs::promote(&schema, "mail", now, 100);
-//! client.execute(promote.sql(), &promote.args()).await?;
-//! let claim = jobs::claim(&schema, "mail", "worker-1", now, 10);
-//! for row in client.query(claim.sql(), &claim.args()).await? {
-//!     let job = Job::from_row(&row)?;
+//! // The claim path (CLAIM_PATH), in one round trip: promote the queue's due
+//! // jobs, then claim. No transaction is needed (see `Session`).
+//! let (_promoted, claimed): (u64, Vec<Job>) = session
+//!     .run_pipelined(
+//!         &jobs::Promote { queue: "mail", now, limit: 100 },
+//!         &jobs::Claim { queue: "mail", worker_id: "worker-1", now, limit: 10 },
+//!     )
+//!     .await?;
+//! for job in &claimed {
 //!     // ... run it, then ack with the claim's token (id, worker_id, attempts):
-//!     let ack = jobs::ack(&schema, job.id, "worker-1", job.attempts);
-//!     client.execute(ack.sql(), &ack.args()).await?;
+//!     let acked: u64 = session
+//!         .run(&jobs::Ack { id: job.id, worker_id: "worker-1", attempts: job.attempts })
+//!         .await?;
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! [`Session`]'s docs hold a whole engine program (`examples/engine.rs`).
+//! The [`Statement`] with its values stays available for a one-off run or an
+//! `EXPLAIN`: `client.query(statement.sql(), &statement.args())`.
 //!
 //! # The claim: why ready/scheduled split
 //!
@@ -100,27 +122,49 @@
 //!
 //! # Row mapping
 //!
-//! [`FromRow`] decodes each value shape from a `tokio_postgres::Row` by the
-//! model's typed column names (`Jobs::Priority`, never `"priority"`); a
-//! missing column or a column of the wrong type is a [`RowError`] naming
-//! it, never a default. The statements that write a shape take it whole
-//! ([`jobs::enqueue`] takes a [`Job`](schema_model::Job)) and bind each field to
-//! its column.
+//! [`FromRow`] decodes each value shape ([`Job`], [`DeadJob`],
+//! [`StreamEvent`], [`ConsumerOffset`], [`Schedule`], [`Lock`],
+//! [`ConsumedEvent`], re-exported here from `schema-model`) from a
+//! `tokio_postgres::Row` by the model's typed column names
+//! (`Jobs::Priority`, never `"priority"`), and [`jobs::JobId`],
+//! [`dead_jobs::DeadJobId`] and [`streams::EventId`] decode a returned id the
+//! same way ([`Decode`]); a missing column or a column of the wrong type is a
+//! [`RowError`] naming it, never a default. The statements that write a
+//! shape take it whole ([`jobs::enqueue`] takes a [`Job`]) and bind each
+//! field to its column.
 
+mod call;
 pub mod consumed_events;
 pub mod dead_jobs;
+mod error;
 pub mod jobs;
 pub mod locks;
 mod row;
 pub mod schedules;
+mod session;
 pub mod streams;
 
+pub use call::{
+    Call, Decode, DecodeError, Done, One, Optional, Output, Returns, Rows, RowsAffected,
+};
+pub use error::{StatementError, StatementErrorKind};
 pub use row::{FromRow, RowError};
+pub use session::Session;
+
+/// The value shapes the statements read and write, from `schema-model`
+/// (re-exported here, with their fields, so engine code finds them beside
+/// the statements).
+#[doc(inline)]
+pub use schema_model::{
+    ConsumedEvent, ConsumerOffset, DeadJob, Job, Lock, QueueOpts, Schedule, ScheduleOpts,
+    StreamEvent,
+};
 
 use sea_query::{
-    Alias, ArrayType, Expr, ExprTrait, IdenStatic, PostgresQueryBuilder, SelectStatement, Value,
+    Alias, ArrayType, Expr, ExprTrait, IdenStatic, IntoIden, Keyword, PostgresQueryBuilder,
+    SelectStatement, Value,
 };
-use sea_query_postgres::{PostgresBinder, PostgresValues};
+use sea_query_postgres::{PostgresBinder, PostgresValue, PostgresValues};
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -130,13 +174,59 @@ use schema_model::{SchemaName, SqlType, TableModel};
 /// then claim.
 pub const CLAIM_PATH: [&str; 2] = ["promote", "claim"];
 
-/// One hot-path statement: its SQL with `$n` placeholders, the values to
-/// bind, and each placeholder's name and type.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Statement {
+/// The text of one hot-path statement for one schema: its name, its SQL
+/// with `$n` placeholders and each placeholder's name and type, without
+/// values. It depends only on the schema name, so an engine prepares it
+/// once per connection (what [`Session`] does) and binds new values on
+/// every execution ([`Call::values`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Definition {
     name: &'static str,
     sql: String,
     params: Vec<Param>,
+}
+
+impl Definition {
+    /// The statement's name, as `schema-gen statements` lists it (`claim`,
+    /// `stream_append`, ...).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The SQL, with `$1`, `$2`, ... placeholders.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// One entry per placeholder, in order: `$1` is the first. Each name
+    /// appears once: a value the statement uses twice is one placeholder,
+    /// written twice in the text.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The placeholders' names, in order.
+    pub fn param_names(&self) -> Vec<&'static str> {
+        self.params.iter().map(|p| p.name).collect()
+    }
+
+    /// The placeholders' types, for `prepare_typed`.
+    pub fn param_types(&self) -> Vec<Type> {
+        self.params.iter().map(Param::pg_type).collect()
+    }
+}
+
+/// One hot-path statement with its values: its [`Definition`] (name, SQL
+/// with `$n` placeholders, each placeholder's name and type) and the values
+/// to bind, one per placeholder.
+///
+/// Good for a one-off run or an `EXPLAIN`
+/// (`client.query(statement.sql(), &statement.args())`). An engine runs
+/// the typed [`Call`]s through a [`Session`] instead, which prepares each
+/// definition once per connection and binds only the values afterwards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    definition: Definition,
     values: PostgresValues,
 }
 
@@ -144,8 +234,9 @@ pub struct Statement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Param {
     /// The value shape's field it carries (`queue`, `run_at`, ...), or `now`
-    /// (the current unix second) or `limit` (a batch size). A statement that
-    /// uses one value twice has two placeholders of that name.
+    /// (the current unix second) or `limit` (a batch size). Each name is one
+    /// placeholder of its statement: a value the statement uses twice is
+    /// written as the same `$n` twice.
     pub name: &'static str,
     /// Its type (of each element, for an array).
     pub sql_type: SqlType,
@@ -184,34 +275,39 @@ impl Param {
 }
 
 impl Statement {
+    /// A definition with the values of one call (see [`Call::values`]).
+    pub fn new(definition: Definition, values: PostgresValues) -> Self {
+        Self { definition, values }
+    }
+
     /// The statement's name, as `schema-gen statements` lists it (`claim`,
     /// `stream_append`, ...).
     pub fn name(&self) -> &'static str {
-        self.name
+        self.definition.name
     }
 
     /// The SQL, with `$1`, `$2`, ... placeholders. It depends only on the
     /// schema name, never on the values, so it can be prepared once.
     pub fn sql(&self) -> &str {
-        &self.sql
+        &self.definition.sql
     }
 
-    /// One entry per placeholder, in order.
+    /// One entry per placeholder, in order; each name appears once.
     pub fn params(&self) -> &[Param] {
-        &self.params
+        &self.definition.params
     }
 
     /// The placeholders' names, in order.
     pub fn param_names(&self) -> Vec<&'static str> {
-        self.params.iter().map(|p| p.name).collect()
+        self.definition.param_names()
     }
 
     /// The placeholders' types, for `prepare_typed`.
     pub fn param_types(&self) -> Vec<Type> {
-        self.params.iter().map(Param::pg_type).collect()
+        self.definition.param_types()
     }
 
-    /// The values bound through `sea-query-postgres`.
+    /// The values bound through `sea-query-postgres`, one per placeholder.
     pub fn values(&self) -> &PostgresValues {
         &self.values
     }
@@ -220,6 +316,16 @@ impl Statement {
     /// `client.query(statement.sql(), &statement.args())`.
     pub fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
         self.values.as_params()
+    }
+
+    /// The text, without the values.
+    pub fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    /// The text and the values, apart.
+    pub fn into_parts(self) -> (Definition, PostgresValues) {
+        (self.definition, self.values)
     }
 }
 
@@ -295,9 +401,18 @@ fn cast(expr: Expr, sql_type: SqlType) -> Expr {
 /// Collects the placeholders of a statement while it is built, in the order
 /// the builder asks for them (which [`build`] checks is the order sea-query
 /// numbers them).
+///
+/// A name asked for again is the same placeholder: the builder gets `$n`
+/// of the first request written as text, so each name is bound once. (The
+/// names follow the value shape's fields, so two requests of one name carry
+/// one value; [`build`] checks that in debug builds.)
 #[derive(Default)]
 struct Binder {
     params: Vec<Param>,
+    /// The values bound so far, to check that a name asked for again
+    /// carries the same value.
+    #[cfg(debug_assertions)]
+    values: Vec<Value>,
     /// Marking pass: every value is its placeholder's index, so the rendered
     /// values show the order sea-query numbered them in.
     marking: bool,
@@ -316,8 +431,32 @@ impl Binder {
     }
 
     fn bind_param(&mut self, param: Param, value: Value) -> Expr {
+        if let Some(at) = self.params.iter().position(|p| p.name == param.name) {
+            debug_assert_eq!(
+                self.params[at], param,
+                "{} is asked for with two types",
+                param.name
+            );
+            #[cfg(debug_assertions)]
+            debug_assert!(
+                self.marking || self.values[at] == value,
+                "{} is asked for with two values: {:?} and {value:?}",
+                param.name,
+                self.values[at]
+            );
+            // sea-query numbers only the values it binds and has no
+            // expression for "placeholder $k again": it is written as its
+            // number (the order check of `build` proves the k-th request is
+            // sea-query's `$k`). A custom keyword, not `Expr::cust`, which
+            // sea-query would wrap in parentheses as an operand.
+            return Expr::Keyword(Keyword::Custom(
+                Alias::new(format!("${}", at + 1)).into_iden(),
+            ));
+        }
         let index = self.params.len() as u64;
         self.params.push(param);
+        #[cfg(debug_assertions)]
+        self.values.push(value.clone());
         if self.marking {
             Expr::val(index)
         } else {
@@ -329,21 +468,9 @@ impl Binder {
     /// typed after the column and cast to its array type (so the server
     /// never guesses it).
     fn col_array<C: TableModel + IdenStatic>(&mut self, column: C, values: Vec<Value>) -> Expr {
-        let sql_type = column_type(column);
-        let element = match sql_type {
-            SqlType::BigInt => ArrayType::BigInt,
-            SqlType::Integer => ArrayType::Int,
-            SqlType::Text | SqlType::Xid8 => ArrayType::String,
-            SqlType::Bytea => ArrayType::Bytes,
-            SqlType::Boolean => ArrayType::Bool,
-        };
-        let param = Param {
-            name: column.as_str(),
-            sql_type,
-            array: true,
-        };
+        let param = array_param(column);
         let type_name = param.type_name();
-        let value = self.bind_param(param, Value::Array(element, Some(Box::new(values))));
+        let value = self.bind_param(param, array_value(column, values));
         value.cast_as(Alias::new(type_name))
     }
 
@@ -359,18 +486,51 @@ impl Binder {
 
     /// `LIMIT $n` on `select` (sea-query binds the limit itself).
     fn limit(&mut self, select: &mut SelectStatement, limit: u32) {
+        debug_assert!(
+            !self.params.iter().any(|p| p.name == "limit"),
+            "a statement has one limit"
+        );
         let index = self.params.len() as u64;
         self.params.push(Param {
             name: "limit",
             sql_type: SqlType::BigInt,
             array: false,
         });
+        #[cfg(debug_assertions)]
+        self.values.push(u64::from(limit).into());
         select.limit(if self.marking {
             index
         } else {
             u64::from(limit)
         });
     }
+}
+
+/// The placeholder of an array of `column`'s values.
+fn array_param<C: TableModel + IdenStatic>(column: C) -> Param {
+    Param {
+        name: column.as_str(),
+        sql_type: column_type(column),
+        array: true,
+    }
+}
+
+/// `values` as an array of `column`'s type, as sea-query-postgres binds it.
+fn array_value<C: TableModel>(column: C, values: Vec<Value>) -> Value {
+    let element = match column_type(column) {
+        SqlType::BigInt => ArrayType::BigInt,
+        SqlType::Integer => ArrayType::Int,
+        SqlType::Text | SqlType::Xid8 => ArrayType::String,
+        SqlType::Bytea => ArrayType::Bytes,
+        SqlType::Boolean => ArrayType::Bool,
+    };
+    Value::Array(element, Some(Box::new(values)))
+}
+
+/// The values of one call, in placeholder order, as sea-query-postgres
+/// binds them: what [`Call::values`] returns without building the text.
+fn values<const N: usize>(values: [Value; N]) -> PostgresValues {
+    PostgresValues(values.into_iter().map(PostgresValue).collect())
 }
 
 /// The declared type of `column` (`Text` for the table variant, which is
@@ -419,9 +579,11 @@ where
         }
     }
     Statement {
-        name,
-        sql,
-        params: binder.params,
+        definition: Definition {
+            name,
+            sql,
+            params: binder.params,
+        },
         values,
     }
 }
@@ -476,6 +638,324 @@ mod tests {
                 statement.name()
             );
         }
+    }
+
+    #[test]
+    fn each_name_is_one_placeholder() {
+        for statement in all(&SchemaName::default()) {
+            let mut names = statement.param_names();
+            names.sort_unstable();
+            let count = names.len();
+            names.dedup();
+            assert_eq!(
+                names.len(),
+                count,
+                "{}: a name binds two placeholders: {:?}",
+                statement.name(),
+                statement.param_names()
+            );
+        }
+    }
+
+    /// Builds `call`'s statement and checks that the values it binds alone
+    /// are the ones the whole statement binds, in the same places.
+    fn check<C: Call>(call: C, checked: &mut Vec<&'static str>) {
+        let statement = call.statement(&SchemaName::default());
+        assert_eq!(statement.name(), C::NAME);
+        assert_eq!(
+            &call.values(),
+            statement.values(),
+            "{}: the values listed alone differ from the statement's",
+            C::NAME
+        );
+        checked.push(C::NAME);
+    }
+
+    /// Every statement has a [`Call`], and each call's [`Call::values`]
+    /// (written without building the text) are its statement's values: the
+    /// inputs all differ from each other, so a value listed in another
+    /// place than the text binds it cannot pass.
+    #[test]
+    fn every_call_binds_what_its_statement_binds() {
+        let job = |n: i64| Job {
+            id: n,
+            queue: format!("queue-{n}"),
+            payload: vec![n as u8, 0xff],
+            priority: n as i32 + 1,
+            run_at: n + 2,
+            expires_at: Some(n + 3),
+            enqueued_at: n + 4,
+            opts: QueueOpts {
+                visibility_timeout_s: n + 5,
+                max_attempts: n as i32 + 6,
+                backoff_base_s: n + 7,
+                dead_letter_retention_s: n + 8,
+            },
+            attempts: n as i32 + 9,
+            worker_id: Some(format!("worker-{n}")),
+            claimed_at: Some(n + 10),
+            claim_expires_at: Some(n + 11),
+            last_error: Some(format!("error-{n}")),
+        };
+        let batch = [job(100), job(200)];
+        let schedule = Schedule {
+            name: "name".into(),
+            spec: "@every 1m".into(),
+            every_s: 60,
+            queue: "queue".into(),
+            payload: vec![1, 2],
+            opts: ScheduleOpts {
+                priority: 3,
+                max_attempts: 4,
+                visibility_timeout_s: 5,
+                backoff_base_s: 6,
+                dead_letter_retention_s: 7,
+                expires_s: Some(8),
+            },
+            next_fire_at: 9,
+            last_fired_at: Some(10),
+            enabled: true,
+        };
+        let event = StreamEvent {
+            id: 1,
+            stream: "stream".into(),
+            key: Some("key".into()),
+            payload: vec![3],
+            created_at: 4,
+        };
+        let offset = ConsumerOffset {
+            stream: "stream".into(),
+            consumer: "consumer".into(),
+            offset: 5,
+        };
+        let consumed = ConsumedEvent {
+            consumer: "consumer".into(),
+            event_id: "event".into(),
+            consumed_at: 6,
+        };
+        let mut checked = Vec::new();
+        let c = &mut checked;
+        check(
+            jobs::Enqueue {
+                job: &job(0),
+                now: 50,
+            },
+            c,
+        );
+        check(
+            jobs::EnqueueMany {
+                jobs: &batch,
+                now: 50,
+            },
+            c,
+        );
+        check(
+            jobs::Promote {
+                queue: "queue",
+                now: 50,
+                limit: 7,
+            },
+            c,
+        );
+        check(
+            jobs::Claim {
+                queue: "queue",
+                worker_id: "worker",
+                now: 50,
+                limit: 7,
+            },
+            c,
+        );
+        check(
+            jobs::Ack {
+                id: 1,
+                worker_id: "worker",
+                attempts: 2,
+            },
+            c,
+        );
+        check(
+            jobs::AckMany {
+                worker_id: "worker",
+                claims: &[(1, 2), (3, 4)],
+            },
+            c,
+        );
+        check(
+            jobs::Retry {
+                id: 1,
+                worker_id: "worker",
+                attempts: 2,
+                run_at: 3,
+                last_error: Some("error"),
+                now: 4,
+            },
+            c,
+        );
+        check(
+            jobs::Kill {
+                id: 1,
+                worker_id: "worker",
+                attempts: 2,
+                last_error: Some("error"),
+                now: 4,
+            },
+            c,
+        );
+        check(jobs::Reap { now: 1, limit: 2 }, c);
+        check(jobs::ReapExhausted { now: 1, limit: 2 }, c);
+        check(jobs::Expire { now: 1, limit: 2 }, c);
+        check(jobs::Vacuum, c);
+        check(dead_jobs::Sweep { now: 1, limit: 2 }, c);
+        check(streams::Append { event: &event }, c);
+        check(
+            streams::Read {
+                stream: "stream",
+                offset: 1,
+                limit: 2,
+            },
+            c,
+        );
+        check(
+            streams::ReadInCommitOrder {
+                stream: "stream",
+                offset: 1,
+                limit: 2,
+            },
+            c,
+        );
+        check(streams::Checkpoint { offset: &offset }, c);
+        check(
+            streams::ReadCheckpoint {
+                stream: "stream",
+                consumer: "consumer",
+            },
+            c,
+        );
+        check(
+            schedules::Register {
+                schedule: &schedule,
+            },
+            c,
+        );
+        check(schedules::Due { now: 1, limit: 2 }, c);
+        check(
+            schedules::Advance {
+                name: "name",
+                last_fired_at: 1,
+                next_fire_at: 2,
+            },
+            c,
+        );
+        check(
+            locks::Acquire {
+                name: "name",
+                owner: "owner",
+                expires_at: 1,
+                now: 2,
+            },
+            c,
+        );
+        check(
+            locks::Renew {
+                name: "name",
+                owner: "owner",
+                fence: 1,
+                expires_at: 2,
+                now: 3,
+            },
+            c,
+        );
+        check(
+            locks::Release {
+                name: "name",
+                owner: "owner",
+                fence: 1,
+            },
+            c,
+        );
+        check(locks::Sweep { now: 1, limit: 2 }, c);
+        check(consumed_events::Claim { event: &consumed }, c);
+        checked.sort_unstable();
+        let mut statements: Vec<&str> = all(&SchemaName::default())
+            .iter()
+            .map(Statement::name)
+            .chain([jobs::Vacuum::NAME])
+            .collect();
+        statements.sort_unstable();
+        assert_eq!(checked, statements, "a statement without a call");
+    }
+
+    /// The binder's guard fires on one name asked for with two values (a
+    /// name is one placeholder, so it can carry only one).
+    #[test]
+    #[should_panic(expected = "queue is asked for with two values")]
+    fn a_name_asked_for_with_two_values_is_caught() {
+        use sea_query::Query;
+        build("two_queues", |b| {
+            Query::select()
+                .expr(b.col(schema_model::Jobs::Queue, "a"))
+                .expr(b.col(schema_model::Jobs::Queue, "b"))
+                .to_owned()
+        });
+    }
+
+    /// ... and on one name asked for with two types.
+    #[test]
+    #[should_panic(expected = "now is asked for with two types")]
+    fn a_name_asked_for_with_two_types_is_caught() {
+        use sea_query::Query;
+        build("two_nows", |b| {
+            Query::select()
+                .expr(b.now(1))
+                .expr(b.bind("now", SqlType::Integer, 1_i32.into()))
+                .to_owned()
+        });
+    }
+
+    /// ... and on a second limit (sea-query binds each limit anew).
+    #[test]
+    #[should_panic(expected = "a statement has one limit")]
+    fn a_second_limit_is_caught() {
+        use sea_query::Query;
+        build("two_limits", |b| {
+            let mut inner = Query::select();
+            inner.expr(b.now(1));
+            b.limit(&mut inner, 1);
+            let mut outer = Query::select();
+            outer.expr(Expr::SubQuery(None, Box::new(inner.into())));
+            b.limit(&mut outer, 2);
+            outer
+        });
+    }
+
+    /// A name asked for again is written as the first placeholder's number.
+    #[test]
+    fn a_name_asked_for_again_is_the_same_placeholder() {
+        use sea_query::Query;
+        let statement = build("twice", |b| {
+            Query::select()
+                .expr(b.col(schema_model::Jobs::Queue, "q"))
+                .expr(b.now(5))
+                .expr(b.col(schema_model::Jobs::Queue, "q"))
+                .to_owned()
+        });
+        assert_eq!(statement.sql(), "SELECT $1, $2, $1");
+        assert_eq!(statement.param_names(), ["queue", "now"]);
+        assert_eq!(statement.values().0.len(), 2);
+    }
+
+    /// A session's futures can move between threads (`tokio::spawn`).
+    #[test]
+    fn a_session_runs_on_any_thread() {
+        fn send<T: Send>(_: &T) {}
+        fn check(session: &Session) {
+            let call = jobs::Reap { now: 1, limit: 1 };
+            send(&session.run(&call));
+            send(&session.run_pipelined(&call, &call));
+            send(&session.prepare_all());
+        }
+        let _ = check;
     }
 
     /// The type check of [`build`] fires on a value of another wire type

@@ -24,7 +24,10 @@ pub trait FromRow: Sized {
 
 /// A column of a row that did not decode into its value shape's field.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read column {table}.{column} from the row: {source}")]
+#[error(
+    "cannot read column {table}.{column} from the row: {}",
+    super::error::driver_message(source)
+)]
 pub struct RowError {
     table: String,
     column: &'static str,

@@ -11,11 +11,12 @@
 use sea_query::{
     Expr, ExprTrait, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause,
 };
+use sea_query_postgres::PostgresValues;
 
 use schema_model::{Schedule, ScheduleOpts, Schedules, SchemaName, TableModel};
 
 use super::row::get;
-use super::{FromRow, RowError, Statement, build, table};
+use super::{Call, FromRow, One, Optional, RowError, Rows, Statement, build, table, values};
 
 /// The columns of [`Schedule`]: all of them.
 pub fn schedule_columns() -> Vec<Schedules> {
@@ -183,13 +184,13 @@ pub fn due(schema: &SchemaName, now: i64, limit: u32) -> Statement {
 ///     s.sql(),
 ///     concat!(
 ///         r#"UPDATE "alkstore"."schedules" SET "last_fired_at" = $1, "next_fire_at" = $2 "#,
-///         r#"WHERE "name" = $3 AND "next_fire_at" = $4 "#,
+///         r#"WHERE "name" = $3 AND "next_fire_at" = $1 "#,
 ///         r#"RETURNING "name", "spec", "every_s", "queue", "payload", "priority", "max_attempts", "#,
 ///         r#""visibility_timeout_s", "backoff_base_s", "dead_letter_retention_s", "expires_s", "#,
 ///         r#""next_fire_at", "last_fired_at", "enabled""#,
 ///     )
 /// );
-/// assert_eq!(s.param_names(), ["last_fired_at", "next_fire_at", "name", "last_fired_at"]);
+/// assert_eq!(s.param_names(), ["last_fired_at", "next_fire_at", "name"]);
 /// ```
 pub fn advance(
     schema: &SchemaName,
@@ -215,4 +216,92 @@ pub fn advance(
             .returning(returning_schedule())
             .to_owned()
     })
+}
+
+/// A call of [`register`]: returns the stored schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct Register<'a> {
+    /// The schedule.
+    pub schedule: &'a Schedule,
+}
+
+impl Call for Register<'_> {
+    const NAME: &'static str = "schedule_register";
+    type Returns = One<Schedule>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        register(schema, self.schedule)
+    }
+
+    fn values(&self) -> PostgresValues {
+        let schedule = self.schedule;
+        values([
+            schedule.name.clone().into(),
+            schedule.spec.clone().into(),
+            schedule.every_s.into(),
+            schedule.queue.clone().into(),
+            schedule.payload.clone().into(),
+            schedule.opts.priority.into(),
+            schedule.opts.max_attempts.into(),
+            schedule.opts.visibility_timeout_s.into(),
+            schedule.opts.backoff_base_s.into(),
+            schedule.opts.dead_letter_retention_s.into(),
+            schedule.opts.expires_s.into(),
+            schedule.next_fire_at.into(),
+            schedule.last_fired_at.into(),
+            schedule.enabled.into(),
+        ])
+    }
+}
+
+/// A call of [`due`]: returns the due schedules, locked for the tick's
+/// transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Due {
+    /// The current unix second.
+    pub now: i64,
+    /// The most schedules to fire in this tick.
+    pub limit: u32,
+}
+
+impl Call for Due {
+    const NAME: &'static str = "schedule_due";
+    type Returns = Rows<Schedule>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        due(schema, self.now, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.now.into(), u64::from(self.limit).into()])
+    }
+}
+
+/// A call of [`advance`]: returns the advanced schedule, or `None` when
+/// another ticker advanced it first (roll the tick back).
+#[derive(Debug, Clone, Copy)]
+pub struct Advance<'a> {
+    /// The schedule.
+    pub name: &'a str,
+    /// The boundary that fired (the `next_fire_at` [`due`] returned).
+    pub last_fired_at: i64,
+    /// The next boundary.
+    pub next_fire_at: i64,
+}
+
+impl Call for Advance<'_> {
+    const NAME: &'static str = "schedule_advance";
+    type Returns = Optional<Schedule>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        advance(schema, self.name, self.last_fired_at, self.next_fire_at)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.last_fired_at.into(),
+            self.next_fire_at.into(),
+            self.name.into(),
+        ])
+    }
 }

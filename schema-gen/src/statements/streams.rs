@@ -13,8 +13,13 @@ use schema_model::{
     ConsumerOffset, SchemaName, StreamEvent, StreamEvents, StreamOffsets, TableModel,
 };
 
+use sea_query_postgres::PostgresValues;
+
 use super::row::get;
-use super::{FromRow, RowError, Statement, any_of, build, table};
+use super::{
+    Call, Decode, FromRow, One, Optional, RowError, Rows, RowsAffected, Statement, any_of, build,
+    table, values,
+};
 
 /// The columns of [`StreamEvent`]: every column but `tx_id`, the
 /// database's commit-order bookkeeping.
@@ -157,13 +162,13 @@ pub fn read(schema: &SchemaName, stream: &str, offset: i64, limit: u32) -> State
 ///         r#"SELECT "stream_events"."id", "stream_events"."stream", "stream_events"."key", "#,
 ///         r#""stream_events"."payload", "stream_events"."created_at" "#,
 ///         r#"FROM unnest(ARRAY (SELECT "id" FROM "alkstore"."stream_events" WHERE "stream" = $1 "#,
-///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $3) "#,
+///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $2) "#,
 ///         r#"AND "tx_id" < (pg_snapshot_xmin(pg_current_snapshot())) "#,
-///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $4)) AS "picked" "#,
+///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $3)) AS "picked" "#,
 ///         r#"INNER JOIN "alkstore"."stream_events" ON "stream_events"."id" = "picked""#,
 ///     )
 /// );
-/// assert_eq!(s.param_names(), ["stream", "offset", "offset", "limit"]);
+/// assert_eq!(s.param_names(), ["stream", "offset", "limit"]);
 /// ```
 pub fn read_in_commit_order(
     schema: &SchemaName,
@@ -301,4 +306,148 @@ pub fn read_checkpoint(schema: &SchemaName, stream: &str, consumer: &str) -> Sta
             )
             .to_owned()
     })
+}
+
+/// The `id` of the `stream_events` row a statement returned (`RETURNING
+/// id`): the event's offset in its stream.
+#[derive(Debug)]
+pub struct EventId;
+
+impl Decode for EventId {
+    type Output = i64;
+
+    fn decode(row: &tokio_postgres::Row) -> Result<i64, RowError> {
+        get(row, StreamEvents::Id)
+    }
+}
+
+/// A call of [`append`]: returns the event's offset.
+#[derive(Debug, Clone, Copy)]
+pub struct Append<'a> {
+    /// The event (its `id` is not read).
+    pub event: &'a StreamEvent,
+}
+
+impl Call for Append<'_> {
+    const NAME: &'static str = "stream_append";
+    type Returns = One<EventId>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        append(schema, self.event)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.event.stream.clone().into(),
+            self.event.key.clone().into(),
+            self.event.payload.clone().into(),
+            self.event.created_at.into(),
+        ])
+    }
+}
+
+/// A call of [`read`]: returns up to `limit` events after `offset`, in id
+/// order.
+#[derive(Debug, Clone, Copy)]
+pub struct Read<'a> {
+    /// The stream.
+    pub stream: &'a str,
+    /// The last offset read (0: from the start).
+    pub offset: i64,
+    /// The most events to read.
+    pub limit: u32,
+}
+
+impl Call for Read<'_> {
+    const NAME: &'static str = "stream_read";
+    type Returns = Rows<StreamEvent>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        read(schema, self.stream, self.offset, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.stream.into(),
+            self.offset.into(),
+            u64::from(self.limit).into(),
+        ])
+    }
+}
+
+/// A call of [`read_in_commit_order`], the gap-free reader: returns up to
+/// `limit` events after the checkpoint event `offset`, in commit order.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadInCommitOrder<'a> {
+    /// The stream.
+    pub stream: &'a str,
+    /// The id of the last event processed (0: from the start).
+    pub offset: i64,
+    /// The most events to read.
+    pub limit: u32,
+}
+
+impl Call for ReadInCommitOrder<'_> {
+    const NAME: &'static str = "stream_read_in_commit_order";
+    type Returns = Rows<StreamEvent>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        read_in_commit_order(schema, self.stream, self.offset, self.limit)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.stream.into(),
+            self.offset.into(),
+            u64::from(self.limit).into(),
+        ])
+    }
+}
+
+/// A call of [`checkpoint`]: returns 1 when the checkpoint moved, 0 when
+/// the offset was not past it.
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpoint<'a> {
+    /// The consumer's new checkpoint.
+    pub offset: &'a ConsumerOffset,
+}
+
+impl Call for Checkpoint<'_> {
+    const NAME: &'static str = "checkpoint";
+    type Returns = RowsAffected;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        checkpoint(schema, self.offset)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.offset.stream.clone().into(),
+            self.offset.consumer.clone().into(),
+            self.offset.offset.into(),
+        ])
+    }
+}
+
+/// A call of [`read_checkpoint`]: returns the consumer's checkpoint, or
+/// `None` before its first.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadCheckpoint<'a> {
+    /// The stream.
+    pub stream: &'a str,
+    /// The consumer.
+    pub consumer: &'a str,
+}
+
+impl Call for ReadCheckpoint<'_> {
+    const NAME: &'static str = "checkpoint_read";
+    type Returns = Optional<ConsumerOffset>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        read_checkpoint(schema, self.stream, self.consumer)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.stream.into(), self.consumer.into()])
+    }
 }
