@@ -23,6 +23,7 @@ use tokio_postgres::{Client, Config, NoTls};
 #[derive(Debug, Default)]
 struct Seen {
     round_trips: AtomicUsize,
+    requests: AtomicUsize,
     statements: Mutex<Vec<String>>,
 }
 
@@ -130,6 +131,12 @@ impl CountingProxy {
         self.seen.round_trips.load(Ordering::SeqCst)
     }
 
+    /// Requests sent (`Q` and `S` messages), pipelined or not: a pipeline of
+    /// two requests is one round trip and two requests.
+    pub fn requests(&self) -> usize {
+        self.seen.requests.load(Ordering::SeqCst)
+    }
+
     /// SQL texts sent (simple queries and Parse messages), in order.
     pub fn statements(&self) -> Vec<String> {
         self.seen
@@ -142,6 +149,7 @@ impl CountingProxy {
     /// Forgets what was seen so far (e.g. the connection's own start-up).
     pub fn reset(&self) {
         self.seen.round_trips.store(0, Ordering::SeqCst);
+        self.seen.requests.store(0, Ordering::SeqCst);
         self.seen
             .statements
             .lock()
@@ -170,8 +178,15 @@ where
 /// What one connection has in flight.
 #[derive(Debug, Default)]
 struct Connection {
-    /// `Q` and `S` sent, minus `ReadyForQuery` received.
+    /// `Q` and `S` sent that the client waits on, minus their
+    /// `ReadyForQuery`.
     unanswered: AtomicIsize,
+    /// Per `Q` or `S` sent and not yet answered, in order: whether the
+    /// client waits on it (a `Sync` after nothing but `Close` messages is
+    /// tokio-postgres dropping a prepared statement: it sends it and goes
+    /// on, so it is no round trip, nor does it make the next request one
+    /// that is pipelined).
+    in_flight: Mutex<std::collections::VecDeque<bool>>,
     /// SSL or GSS requests sent whose one-byte answer is still to come.
     encryption_requests: AtomicUsize,
 }
@@ -204,7 +219,15 @@ where
         let mut body = vec![0u8; usize::try_from(len - 4).unwrap_or(0)];
         from.read_exact(&mut body).await?;
         if tag == b'Z' {
-            connection.unanswered.fetch_sub(1, Ordering::SeqCst);
+            let waited = connection
+                .in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front()
+                .unwrap_or(true);
+            if waited {
+                connection.unanswered.fetch_sub(1, Ordering::SeqCst);
+            }
         }
         to.write_all(&[tag]).await?;
         to.write_all(&len.to_be_bytes()).await?;
@@ -239,6 +262,10 @@ where
             connection
                 .encryption_requests
                 .fetch_add(1, Ordering::SeqCst);
+        } else {
+            // The start-up ends with the server's first ReadyForQuery, which
+            // may come back before this task goes on: count it first.
+            connection.unanswered.store(1, Ordering::SeqCst);
         }
         to.write_all(&len.to_be_bytes()).await?;
         to.write_all(&body).await?;
@@ -247,17 +274,23 @@ where
             break;
         }
     }
-    // The start-up ends with the server's first ReadyForQuery.
-    connection.unanswered.store(1, Ordering::SeqCst);
+    // Whether every message since the last Sync was a Close.
+    let mut only_closes = true;
     loop {
         let tag = from.read_u8().await?;
         let len = from.read_i32().await?;
         let mut body = vec![0u8; usize::try_from(len - 4).unwrap_or(0)];
         from.read_exact(&mut body).await?;
+        let closes = only_closes;
+        match tag {
+            b'S' | b'Q' => only_closes = true,
+            b'C' => {}
+            _ => only_closes = false,
+        }
         match tag {
             b'Q' => {
                 record(seen, &body);
-                wait(seen, connection);
+                wait(seen, connection, true);
             }
             b'P' => {
                 // Parse: statement name, NUL, query text, NUL, ...
@@ -265,7 +298,7 @@ where
                     record(seen, &body[at + 1..]);
                 }
             }
-            b'S' => wait(seen, connection),
+            b'S' => wait(seen, connection, !closes),
             _ => {}
         }
         to.write_all(&[tag]).await?;
@@ -275,8 +308,18 @@ where
     }
 }
 
-/// A `Q` or `S`: a round trip when nothing else is unanswered.
-fn wait(seen: &Seen, connection: &Connection) {
+/// A `Q` or `S` (`waited`: one the client waits on): a round trip when
+/// nothing else it waits on is unanswered.
+fn wait(seen: &Seen, connection: &Connection, waited: bool) {
+    connection
+        .in_flight
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push_back(waited);
+    if !waited {
+        return;
+    }
+    seen.requests.fetch_add(1, Ordering::SeqCst);
     if connection.unanswered.fetch_add(1, Ordering::SeqCst) <= 0 {
         seen.round_trips.fetch_add(1, Ordering::SeqCst);
     }
