@@ -65,8 +65,8 @@
 pub mod analytics;
 pub mod consumed_events;
 pub mod dead_jobs;
-pub mod history;
 pub mod description;
+pub mod history;
 pub mod jobs;
 pub mod locks;
 pub mod name;
