@@ -683,12 +683,16 @@ pub struct ClusterSetup {
     /// cluster's OS user with mode 0600 (certificates, keys):
     /// `(file name, contents)`.
     pub files: Vec<(String, Vec<u8>)>,
+    /// Listen on the Unix-domain socket only (no TCP), on this port: a
+    /// cluster on port 5432 in its own socket directory collides with no
+    /// other server, so a test can play libpq's defaults against it.
+    pub socket_only_port: Option<u16>,
 }
 
 /// A throwaway cluster started by [`start_cluster`]; stopped and removed when
 /// the test process exits, like the shared one.
 pub struct LocalCluster {
-    /// The TCP port on 127.0.0.1.
+    /// The TCP port on 127.0.0.1 (and the socket's: `.s.PGSQL.<port>`).
     pub port: u16,
     /// The cluster's directory: its Unix-domain socket lives here (when the
     /// path is short enough), next to the data directory.
@@ -781,6 +785,16 @@ pub fn start_cluster(setup: &ClusterSetup) -> Result<LocalCluster, String> {
     )?;
 
     let has_socket = write_settings(&data, &dir)?;
+    if setup.socket_only_port.is_some() {
+        if !has_socket {
+            return Err(format!(
+                "the cluster directory {} is too long a path for a Unix-domain socket; set \
+                 TMPDIR to a short directory such as /tmp",
+                dir.display()
+            ));
+        }
+        append_settings(&data, "listen_addresses = ''")?;
+    }
     append_settings(&data, &setup.settings)?;
     if let Some(hba) = &setup.hba {
         write_cluster_file(
@@ -798,7 +812,10 @@ pub fn start_cluster(setup: &ClusterSetup) -> Result<LocalCluster, String> {
     let mut attempt = 0;
     let port = loop {
         attempt += 1;
-        let port = free_port()?;
+        let port = match setup.socket_only_port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         let result = run(
             runner
                 .command("pg_ctl")

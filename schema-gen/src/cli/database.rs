@@ -21,8 +21,9 @@ use crate::{Options, Outcome, bootstrap_with};
 pub struct DatabaseArgs {
     /// PostgreSQL connection string, as psql takes it:
     /// `postgres://user@host:port/db?sslmode=verify-full` or `host=... dbname=...`
-    /// [env: DATABASE_URL]. May be left out when PGHOST or PGHOSTADDR name the
-    /// server; PG* variables and ~/.pgpass fill in what it leaves out.
+    /// [env: DATABASE_URL]. PG* variables and ~/.pgpass fill in what it leaves
+    /// out; with nothing set, libpq's defaults: the local socket
+    /// (/var/run/postgresql, or /tmp), port 5432, the OS user.
     #[arg(long)]
     pub database_url: Option<String>,
     /// The engine-owned schema: lowercase letters, digits and '_', at most 63 bytes.

@@ -69,7 +69,7 @@ impl ConnectOptions {
         use tokio_postgres::config::SslMode as DriverMode;
         match self.tls.mode {
             // libpq never asks for TLS over a Unix-domain socket.
-            _ if matches!(target.host, Host::Socket(_)) => {
+            _ if target.host.socket_dir().is_some() => {
                 self.connect_with(target, DriverMode::Disable).await
             }
             SslMode::Disable => self.connect_with(target, DriverMode::Disable).await,
@@ -123,7 +123,7 @@ impl ConnectOptions {
             Host::Addr { name: None, addr } => {
                 config.host(addr.to_string());
             }
-            Host::Socket(dir) => {
+            Host::Socket(dir) | Host::DefaultSocket(dir) => {
                 config.host_path(dir);
             }
         }

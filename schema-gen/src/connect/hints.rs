@@ -3,7 +3,7 @@
 
 use super::targets::{Host, Target};
 use super::tls::Roots;
-use super::{ConnectOptions, SslMode};
+use super::{ConnectOptions, LIBPQ_SOCKET_DIRS, SslMode};
 use crate::error;
 
 impl ConnectOptions {
@@ -45,10 +45,14 @@ impl ConnectOptions {
             )
         } else if let Some(tls_err) = rustls_error(err) {
             certificate_hint(tls_err, &target.host, self.tls.mode, &self.tls.roots)
-        } else if self.host_defaulted {
-            "; no host was given (host in the connection string, PGHOST or PGHOSTADDR), so \
-             libpq's default, the local Unix-domain socket, was tried: name the server"
-                .to_owned()
+        } else if matches!(target.host, Host::DefaultSocket(_)) {
+            format!(
+                "; nothing names a server (host in the connection string, PGHOST or \
+                 PGHOSTADDR), so libpq's default was tried: the local socket in {} (port {}); \
+                 start the server there, or name the server",
+                LIBPQ_SOCKET_DIRS.join(" or "),
+                target.port
+            )
         } else if detail.contains("timed out") {
             "; the server did not answer within connect_timeout: check the host, the port and \
              the firewall"

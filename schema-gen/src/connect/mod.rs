@@ -71,7 +71,7 @@ mod tls_request;
 
 pub use config_error::ConfigError;
 pub use conninfo::ParseError;
-pub use environment::Environment;
+pub use environment::{Environment, LIBPQ_SOCKET_DIRS};
 pub use options::ConnectOptions;
 pub use passwords::PasswordSource;
 pub use settings::Origin;

@@ -29,8 +29,6 @@ pub struct ConnectOptions {
     /// TCP connect only, so a server that accepts and then stays silent (or a
     /// stalled TLS handshake) would hang without it.
     pub(super) connect_timeout: Option<Duration>,
-    /// No host or hostaddr anywhere: libpq's default socket is tried.
-    pub(super) host_defaulted: bool,
     pub(super) warnings: Vec<String>,
 }
 
@@ -96,7 +94,7 @@ impl ConnectOptions {
         let dbname = s.value("dbname").unwrap_or(&user).to_owned();
         base.user(&user).dbname(&dbname);
 
-        let (targets, warning) = passwords(s, env, targets(s)?, &dbname, &user);
+        let (targets, warning) = passwords(s, env, targets(s, env)?, &dbname, &user);
         let warnings: Vec<String> = warning.into_iter().collect();
 
         if let Some(options) = s.value("options") {
@@ -226,7 +224,6 @@ impl ConnectOptions {
             application_name_set,
             connect_timeout_set: connect_timeout.is_some(),
             connect_timeout: timeout,
-            host_defaulted: s.value("host").is_none() && s.value("hostaddr").is_none(),
             warnings,
         })
     }
@@ -280,8 +277,12 @@ impl ConnectOptions {
 mod tests {
     use super::*;
 
+    /// Pinned to Debian's default socket directory, so that a server
+    /// listening in `/tmp` on this machine cannot change what is described.
     fn env() -> Environment {
-        Environment::new().with_os_user("osuser")
+        Environment::new()
+            .with_os_user("osuser")
+            .with_default_socket_dir("/var/run/postgresql")
     }
 
     fn resolve(conninfo: &str, env: &Environment) -> ConnectOptions {
@@ -316,6 +317,30 @@ mod tests {
             "socket /var/run/postgresql (port 5432)/osuser as osuser"
         );
         assert_eq!(resolve("", &self::env()).ssl_mode(), SslMode::Prefer);
+    }
+
+    #[test]
+    fn the_default_socket_directory_is_localhost_in_the_password_file() {
+        let home = std::env::temp_dir().join(format!("connect-pgpass-{}", std::process::id()));
+        std::fs::create_dir_all(&home).unwrap();
+        let file = home.join(".pgpass");
+        std::fs::write(&file, "localhost:5432:*:*:sock\n").unwrap();
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let env = env().with_home(&home);
+        let from_file = |conninfo: &str| {
+            resolve(conninfo, &env).password_sources()[0]
+                .is_some_and(|source| matches!(source, PasswordSource::File { line: 1, .. }))
+        };
+        let found = [
+            from_file(""),
+            from_file("host=/var/run/postgresql"),
+            from_file("host=/tmp"),
+        ];
+        let _ = std::fs::remove_dir_all(&home);
+        // Nothing named and the default directory named: `localhost`; another
+        // directory is looked up by its path, as libpq does.
+        assert_eq!(found, [true, true, false]);
     }
 
     #[test]

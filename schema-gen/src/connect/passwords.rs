@@ -72,6 +72,10 @@ pub(super) fn passwords(
                 name: Some(name), ..
             } => name.clone(),
             Host::Addr { name: None, addr } => addr.to_string(),
+            // libpq looks up its default socket directory as `localhost`,
+            // also when the connection string names it.
+            Host::DefaultSocket(_) => "localhost".to_owned(),
+            Host::Socket(dir) if dir == env.primary_socket_dir() => "localhost".to_owned(),
             Host::Socket(dir) => dir.display().to_string(),
         };
         match pgpass::lookup(&file, &host, target.port, dbname, user) {

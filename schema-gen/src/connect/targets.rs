@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::settings::Settings;
-use super::{ConfigError, PasswordSource, pgpass};
+use super::{ConfigError, Environment, PasswordSource};
 
 /// One server to try.
 #[derive(Debug, Clone)]
@@ -26,13 +26,27 @@ pub(super) enum Host {
     Addr { name: Option<String>, addr: IpAddr },
     /// A Unix-domain socket directory.
     Socket(PathBuf),
+    /// No host or hostaddr anywhere: libpq's default socket directory.
+    DefaultSocket(PathBuf),
+}
+
+impl Host {
+    /// The socket directory, when this is a Unix-domain socket.
+    pub(super) fn socket_dir(&self) -> Option<&std::path::Path> {
+        match self {
+            Self::Socket(dir) | Self::DefaultSocket(dir) => Some(dir),
+            Self::Name(_) | Self::Addr { .. } => None,
+        }
+    }
 }
 
 impl fmt::Display for Target {
     /// `host:port`, or `socket DIR (port N)`; never the password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.host {
-            Host::Socket(_) => write!(f, "{} (port {})", self.host, self.port),
+            Host::Socket(_) | Host::DefaultSocket(_) => {
+                write!(f, "{} (port {})", self.host, self.port)
+            }
             host => write!(f, "{host}:{}", self.port),
         }
     }
@@ -47,14 +61,14 @@ impl fmt::Display for Host {
                 addr,
             } => write!(f, "{name} ({addr})"),
             Self::Addr { name: None, addr } => write!(f, "{addr}"),
-            Self::Socket(dir) => write!(f, "socket {}", dir.display()),
+            Self::Socket(dir) | Self::DefaultSocket(dir) => write!(f, "socket {}", dir.display()),
         }
     }
 }
 
 /// libpq's connectOptions2: one target per `hostaddr` (or `host`) entry,
 /// ports matched one-to-one or one for all.
-pub(super) fn targets(s: &Settings) -> Result<Vec<Target>, ConfigError> {
+pub(super) fn targets(s: &Settings, env: &Environment) -> Result<Vec<Target>, ConfigError> {
     let split = |key: &str| -> Vec<String> {
         s.value(key)
             .map(|v| v.split(',').map(|part| part.trim().to_owned()).collect())
@@ -121,7 +135,8 @@ pub(super) fn targets(s: &Settings) -> Result<Vec<Target>, ConfigError> {
                 });
             }
             (Some(name), None) => Host::Name(name.clone()),
-            (None, None) => Host::Socket(PathBuf::from(pgpass::DEFAULT_SOCKET_DIR)),
+            // libpq: nothing names a server, so its compiled-in socket directory.
+            (None, None) => Host::DefaultSocket(env.default_socket_dir(port).to_owned()),
         };
         out.push(Target {
             host,
