@@ -62,6 +62,26 @@ fn sql_prints_the_ddl_and_exits_0() {
 }
 
 #[test]
+fn version_names_the_release_and_the_schema_version_it_creates() {
+    // Pinned: a release bumps this line with the crates' version, and a new
+    // schema version (schema_model::history::MODEL_VERSION) with it.
+    for flag in ["--version", "-V"] {
+        let out = schema_gen(&[flag], None);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "schema-gen 0.3.0 (creates schema version 3)\n"
+        );
+        assert!(out.stderr.is_empty());
+    }
+    assert_eq!(
+        format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        "schema-gen 0.3.0"
+    );
+    assert_eq!(schema_model::history::MODEL_VERSION, 3);
+}
+
+#[test]
 fn a_refused_name_exits_2_with_nothing_on_stdout() {
     let out = schema_gen(&["sql", "--schema", "Bad.Name"], None);
     assert_eq!(out.status.code(), Some(2));

@@ -313,7 +313,12 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
     let json: serde_json::Value = serde_json::from_str(&ran.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", ran.stdout));
     assert_eq!(
-        (&json["outcome"], &json["kind"], &json["schema"], &json["sqlstate"]),
+        (
+            &json["outcome"],
+            &json["kind"],
+            &json["schema"],
+            &json["sqlstate"]
+        ),
         (
             &serde_json::json!("error"),
             &serde_json::json!("lock_timeout"),
@@ -325,7 +330,10 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
     );
     assert_eq!(
         ran.stderr.trim_end(),
-        format!("schema-gen: {}", json["message"].as_str().unwrap_or_default())
+        format!(
+            "schema-gen: {}",
+            json["message"].as_str().unwrap_or_default()
+        )
     );
     release.abort();
     rt.block_on(holder.batch_execute("ROLLBACK")).unwrap();

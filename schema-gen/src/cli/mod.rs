@@ -14,7 +14,7 @@ mod statements;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use schema_model::SchemaName;
 
 use crate::connect::Environment;
@@ -54,7 +54,6 @@ missing privilege, a lock held past --lock-timeout, output that cannot be writte
 #[derive(Debug, Parser)]
 #[command(
     name = "schema-gen",
-    version,
     about = "Prints, describes, applies and checks alkstore's engine schema.",
     after_help = EXAMPLES
 )]
@@ -109,6 +108,21 @@ pub enum Format {
     Json,
 }
 
+/// What `schema-gen --version` prints after the name: the release, and the
+/// schema version it creates
+/// ([`MODEL_VERSION`](schema_model::history::MODEL_VERSION)), e.g.
+/// `0.3.0 (creates schema version 3)`.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        format!(
+            "{} (creates schema version {})",
+            env!("CARGO_PKG_VERSION"),
+            schema_model::history::MODEL_VERSION
+        )
+    })
+}
+
 /// Exit code for a usage error or refused input (clap's own convention).
 pub const EXIT_USAGE: u8 = 2;
 
@@ -142,7 +156,11 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    let cli = match Cli::try_parse_from(&args) {
+    let parsed = Cli::command()
+        .version(version())
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             // --help and --version are answers, not errors: they go to stdout.
