@@ -32,7 +32,12 @@ struct Case {
 
 /// `user|db|port|ssl` as psql -At prints it, or `refused`.
 fn via_psql(case: &Case) -> String {
-    let mut cmd = Command::new(tls_server().psql_bin());
+    via_psql_at(case, &tls_server().psql_bin())
+}
+
+/// [`via_psql`] with the psql binary at `psql`.
+fn via_psql_at(case: &Case, psql: &Path) -> String {
+    let mut cmd = Command::new(psql);
     cmd.env_clear()
         .env("HOME", &case.home)
         .envs(case.vars.iter().map(|(k, v)| (k, v)))
@@ -675,5 +680,92 @@ fn with_nothing_set_both_connect_to_the_default_socket_as_the_os_user() {
     assert!(
         stdout.starts_with("schema defaults_probe differs from the model (1 difference):"),
         "{stdout}{stderr}"
+    );
+}
+
+/// A server presenting a self-signed X.509 version 1 certificate, as Citus
+/// does: where libpq verifies nothing (`allow`, `prefer`, `require` without
+/// a root file) schema-gen connects over TLS as psql does. Where the chain
+/// is verified, psql (OpenSSL) takes the self-signed version 1 certificate
+/// as its own root and schema-gen (webpki) refuses it, on purpose, with a
+/// message that says why and what to do.
+#[test]
+fn a_version_1_certificate_is_accepted_where_nothing_is_verified() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let server = harness::tls_v1::version1_server();
+    let port = server.port();
+    let cert = server.cert_file().display().to_string();
+    let home = server.scratch_dir().join("home");
+    std::fs::create_dir_all(&home).unwrap_or_else(|e| panic!("{e}"));
+    let conninfo =
+        |more: &str| format!("host=localhost port={port} user=postgres dbname=postgres {more}");
+    let tls = format!("postgres|postgres|{port}|t");
+    // (sslmode and root, psql's outcome, schema-gen's)
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("sslmode=prefer".to_owned(), &tls, &tls),
+        (String::new(), &tls, &tls),
+        ("sslmode=require".to_owned(), &tls, &tls),
+        ("sslmode=allow".to_owned(), &tls, &tls),
+        ("sslmode=disable".to_owned(), "refused", "refused"),
+        // The deliberate difference: a version 1 certificate is never verified.
+        (
+            format!("sslmode=require sslrootcert={cert}"),
+            &tls,
+            "refused",
+        ),
+        (
+            format!("sslmode=verify-ca sslrootcert={cert}"),
+            &tls,
+            "refused",
+        ),
+        (
+            format!("sslmode=verify-full sslrootcert={cert}"),
+            &tls,
+            "refused",
+        ),
+    ];
+    let mut table = String::from("| settings | psql | schema-gen |\n|---|---|---|\n");
+    let mut wrong = Vec::new();
+    for (settings, want_psql, want_ours) in &cases {
+        let case = Case {
+            name: "version 1 certificate",
+            conninfo: conninfo(settings),
+            vars: vec![],
+            home: home.clone(),
+        };
+        let (psql, ours) = (
+            via_psql_at(&case, &server.psql_bin()),
+            via_schema_gen(&case, "osuser"),
+        );
+        table.push_str(&format!("| {settings} | `{psql}` | `{ours}` |\n"));
+        if (psql.as_str(), ours.as_str()) != (*want_psql, *want_ours) {
+            wrong.push(settings.clone());
+        }
+    }
+    eprintln!("{table}");
+    assert!(
+        wrong.is_empty(),
+        "unexpected outcomes for {wrong:?}:\n{table}"
+    );
+
+    // Where it is refused, the error says why and what to do.
+    let env = Environment::new().with_home(&home).with_os_user("osuser");
+    let options = ConnectOptions::resolve(
+        &conninfo(&format!("sslmode=verify-ca sslrootcert={cert}")),
+        &env,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let runtime = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("runtime: {e}"));
+    let err = runtime
+        .block_on(options.connect())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("the server's certificate is X.509 version 1")
+            && err.contains("re-issue it as version 3"),
+        "{err}"
     );
 }

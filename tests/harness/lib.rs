@@ -14,6 +14,7 @@ pub mod pg;
 pub mod pgbouncer;
 pub mod snapshots;
 pub mod tls;
+pub mod tls_v1;
 pub mod wire;
 
 pub use pg::{

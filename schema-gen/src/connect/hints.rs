@@ -112,6 +112,21 @@ fn certificate_hint(err: &rustls::Error, host: &Host, mode: SslMode, roots: &Roo
             "; the server's certificate is outside its validity period: renew it on the server"
                 .to_owned()
         }
+        C::Other(other)
+            if matches!(
+                other.0.downcast_ref::<webpki::Error>(),
+                Some(webpki::Error::UnsupportedCertVersion)
+            ) =>
+        {
+            format!(
+                "; the server's certificate is X.509 version 1 (as Citus and `openssl x509 -req` \
+                 make them), which sslmode={} cannot verify against {trusted}: a version 1 \
+                 certificate can neither say it is a CA nor name a host; re-issue it as version 3 \
+                 (a CA-signed certificate with the host in subjectAltName), or use sslmode=require \
+                 without a root certificate, which, as in libpq, encrypts without verifying",
+                mode.as_str()
+            )
+        }
         _ => format!("; the server's certificate was refused (checked against {trusted})"),
     }
 }
