@@ -303,3 +303,29 @@ async fn create_database_gives_a_pristine_database() {
         .await
         .unwrap();
 }
+
+/// What the tests build or download (the ClickHouse venv) goes under the
+/// cargo target directory this binary was built into, not the repository's
+/// own `target/` when `CARGO_TARGET_DIR` points elsewhere.
+#[test]
+fn downloads_go_under_the_cargo_target_directory() {
+    let target = harness::paths::cargo_target_dir();
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        exe.starts_with(&target),
+        "{} is not under {}",
+        exe.display(),
+        target.display()
+    );
+    assert!(
+        target.join("CACHEDIR.TAG").is_file(),
+        "{}",
+        target.display()
+    );
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        let canonical = |p: &std::path::Path| {
+            std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        };
+        assert_eq!(canonical(&target), canonical(std::path::Path::new(&dir)));
+    }
+}

@@ -10,6 +10,7 @@ pub mod dump;
 pub mod engine;
 pub mod explain;
 pub mod names;
+pub mod paths;
 pub mod pg;
 pub mod pgbouncer;
 pub mod snapshots;
