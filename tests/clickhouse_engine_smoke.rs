@@ -392,7 +392,9 @@ fn an_engine_that_cannot_run_fails_the_test_naming_the_set_up_step() {
         text.contains(&format!(
             "Set-up: python3 -m venv {venv} && {venv}/bin/pip install {}",
             clickhouse::CHDB_REQUIREMENT,
-            venv = harness::paths::cargo_target_dir().join("chdb-venv").display()
+            venv = harness::paths::cargo_target_dir()
+                .join("chdb-venv")
+                .display()
         )),
         "{text}"
     );

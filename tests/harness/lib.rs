@@ -9,6 +9,7 @@ pub mod clickhouse;
 pub mod dump;
 pub mod engine;
 pub mod explain;
+mod hygiene;
 pub mod names;
 pub mod paths;
 pub mod pg;
