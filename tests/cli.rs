@@ -40,7 +40,15 @@ fn refused_schema_names_exit_2_with_the_rule_on_one_line() {
 fn usage_errors_exit_2_with_one_line() {
     assert_usage_error(&["bogus"], "unrecognized subcommand 'bogus'");
     assert_usage_error(&["sql", "--bogus"], "unexpected argument '--bogus'");
-    assert_usage_error(&["describe", "--format", "yaml"], "invalid value 'yaml'");
+    // The accepted values are on the one line.
+    assert_usage_error(
+        &["describe", "--format", "yaml"],
+        "invalid value 'yaml' for '--format <FORMAT>' [possible values: markdown, json]",
+    );
+    assert_usage_error(
+        &["check", "--format", "yaml"],
+        "[possible values: text, json]",
+    );
     assert_usage_error(&[], "schema-gen");
 }
 
@@ -55,17 +63,119 @@ fn a_lock_timeout_of_zero_is_refused_before_any_connection() {
                 "it must be at least 1ms (0 would mean: wait forever)",
             );
         }
-        // Without a unit it is no duration at all.
-        for unreadable in ["0", "soon"] {
-            assert_usage_error(
-                &[command, "--lock-timeout", unreadable],
-                &format!("invalid value '{unreadable}' for '--lock-timeout <DURATION>'"),
+        // Without a unit it is no duration at all: our words, not jiff's.
+        for (unreadable, why) in [
+            ("0", "`0` has no unit"),
+            ("5", "`5` has no unit"),
+            ("soon", "`soon` is not a duration"),
+        ] {
+            let line = format!(
+                "schema-gen: invalid value '{unreadable}' for '--lock-timeout <DURATION>': {why}; \
+                 write a number with its unit, e.g. 300ms, 5s, 1m or 1m 30s (see 'schema-gen \
+                 --help')\n"
             );
+            assert_usage_error(&[command, "--lock-timeout", unreadable], &line);
+            assert_eq!(run(&[command, "--lock-timeout", unreadable]).stderr, line);
+        }
+    }
+}
+
+#[test]
+fn a_lock_timeout_above_postgresqls_maximum_is_refused_not_cut() {
+    for command in ["check", "apply"] {
+        for too_long in ["10000h", "25d", "2147483648ms"] {
             assert_usage_error(
-                &[command, "--lock-timeout", unreadable],
-                "(write e.g. 300ms, 5s or 1m)",
+                &[command, "--lock-timeout", too_long],
+                &format!(
+                    "`{too_long}` is more than PostgreSQL's maximum lock_timeout, 2147483647ms \
+                     (about 24 days)"
+                ),
             );
         }
+    }
+    // The maximum itself is taken: the error is about the (missing) server.
+    let out = run(&[
+        "check",
+        "--lock-timeout",
+        "2147483647ms",
+        "--database-url",
+        "host=127.0.0.1 port=1 user=u",
+    ]);
+    assert_eq!(out.code, ExitCode::from(2));
+    assert!(
+        out.stderr
+            .starts_with("schema-gen: cannot connect to PostgreSQL at 127.0.0.1:1/u as u"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// With `--format json` an error (exit 2) is one JSON object on stdout, the
+/// same line as ever on stderr: `{"outcome": "error", "kind", "schema",
+/// "sqlstate", "message"}`, snapshotted per kind the command line reports
+/// without a server.
+#[test]
+fn with_format_json_errors_are_json_on_stdout() {
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "usage",
+            &["check", "--format", "json", "--lock-timeout", "5"],
+        ),
+        ("usage_format_first", &["apply", "--format=json", "--bogus"]),
+        (
+            "refused_input",
+            &["apply", "--format", "json", "--schema", "Alk"],
+        ),
+        (
+            "configuration",
+            &[
+                "check",
+                "--format",
+                "json",
+                "--database-url",
+                "host=db sslmdoe=require",
+            ],
+        ),
+        (
+            "connection",
+            &[
+                "check",
+                "--format",
+                "json",
+                "--database-url",
+                "host=127.0.0.1 port=1 user=u",
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        let out = run(args);
+        assert_eq!(out.code, ExitCode::from(2), "{args:?}");
+        let json: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", out.stdout));
+        // The line on stderr is the message, as without --format json.
+        assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "schema-gen: {}",
+                json["message"].as_str().unwrap_or_default()
+            ),
+        );
+        assert_eq!(json["outcome"], "error");
+        harness::snapshots::settings().bind(|| {
+            insta::assert_snapshot!(format!("error_json_{name}"), out.stdout);
+        });
+    }
+    // describe and statements take --format json too.
+    for args in [
+        &["describe", "--format", "json", "--schema", "Alk"][..],
+        &["statements", "--format", "json", "--schema", "Alk"][..],
+    ] {
+        let out = run(args);
+        assert_eq!(out.code, ExitCode::from(2), "{args:?}");
+        let json: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", out.stdout));
+        assert_eq!(json["kind"], "refused_input", "{args:?}");
     }
 }
 

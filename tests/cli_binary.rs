@@ -62,6 +62,26 @@ fn sql_prints_the_ddl_and_exits_0() {
 }
 
 #[test]
+fn version_names_the_release_and_the_schema_version_it_creates() {
+    // Pinned: a release bumps this line with the crates' version, and a new
+    // schema version (schema_model::history::MODEL_VERSION) with it.
+    for flag in ["--version", "-V"] {
+        let out = schema_gen(&[flag], None);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "schema-gen 0.3.0 (creates schema version 3)\n"
+        );
+        assert!(out.stderr.is_empty());
+    }
+    assert_eq!(
+        format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        "schema-gen 0.3.0"
+    );
+    assert_eq!(schema_model::history::MODEL_VERSION, 3);
+}
+
+#[test]
 fn a_refused_name_exits_2_with_nothing_on_stdout() {
     let out = schema_gen(&["sql", "--schema", "Bad.Name"], None);
     assert_eq!(out.status.code(), Some(2));
@@ -104,28 +124,41 @@ fn database_url_is_the_fallback_and_the_flag_wins() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = one_line_error(&out);
     assert!(stderr.contains("/from_flag as u"), "{stderr}");
-
-    let out = schema_gen(&["check"], None);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = one_line_error(&out);
-    assert!(stderr.contains("--database-url"), "{stderr}");
 }
 
 #[test]
-fn an_empty_database_url_is_said_to_name_no_server() {
-    for (url, said) in [
-        (Some(""), "DATABASE_URL is empty"),
-        (Some("  "), "DATABASE_URL is empty"),
-        (None, "neither --database-url nor DATABASE_URL is given"),
-    ] {
-        let out = schema_gen(&["check"], url);
+fn with_nothing_set_libpqs_default_socket_is_tried() {
+    // A port no server has a socket for, so the attempt fails whatever runs
+    // on this machine; tests/pg_conninfo.rs connects there beside psql.
+    let port = free_port().to_string();
+    let os_user = String::from_utf8_lossy(
+        &Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap_or_else(|e| panic!("id -un: {e}"))
+            .stdout,
+    )
+    .trim()
+    .to_owned();
+    for url in [Some(""), Some("  "), None] {
+        let out = schema_gen_with(&["check"], url, &[("PGPORT", &port)]);
         assert_eq!(out.status.code(), Some(2));
         let stderr = one_line_error(&out);
         assert!(
-            stderr.starts_with(&format!("schema-gen: no server to connect to: {said}, and neither PGHOST nor PGHOSTADDR is set")),
-            "{stderr}"
+            stderr.starts_with(&format!(
+                "schema-gen: cannot connect to PostgreSQL at socket /var/run/postgresql (port \
+                 {port})/{os_user} as {os_user} (sslmode=prefer): "
+            )),
+            "{url:?}: {stderr}"
         );
-        assert!(!stderr.contains("localhost"), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "nothing names a server (host in the connection string, PGHOST or PGHOSTADDR), \
+                 so libpq's default was tried: the local socket in /var/run/postgresql or /tmp \
+                 (port {port})"
+            )),
+            "{url:?}: {stderr}"
+        );
     }
 }
 

@@ -390,8 +390,11 @@ fn an_engine_that_cannot_run_fails_the_test_naming_the_set_up_step() {
     );
     assert!(
         text.contains(&format!(
-            "Set-up: python3 -m venv target/chdb-venv && target/chdb-venv/bin/pip install {}",
-            clickhouse::CHDB_REQUIREMENT
+            "Set-up: python3 -m venv {venv} && {venv}/bin/pip install {}",
+            clickhouse::CHDB_REQUIREMENT,
+            venv = harness::paths::cargo_target_dir()
+                .join("chdb-venv")
+                .display()
         )),
         "{text}"
     );

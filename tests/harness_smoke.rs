@@ -303,3 +303,94 @@ async fn create_database_gives_a_pristine_database() {
         .await
         .unwrap();
 }
+
+/// What the tests build or download (the ClickHouse venv) goes under the
+/// cargo target directory this binary was built into, not the repository's
+/// own `target/` when `CARGO_TARGET_DIR` points elsewhere.
+#[test]
+fn downloads_go_under_the_cargo_target_directory() {
+    let target = harness::paths::cargo_target_dir();
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        exe.starts_with(&target),
+        "{} is not under {}",
+        exe.display(),
+        target.display()
+    );
+    assert!(
+        target.join("CACHEDIR.TAG").is_file(),
+        "{}",
+        target.display()
+    );
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        let canonical = |p: &std::path::Path| {
+            std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        };
+        assert_eq!(canonical(&target), canonical(std::path::Path::new(&dir)));
+    }
+}
+
+/// The environment variable that gives [`child_that_leaves_a_schema`] the
+/// fixed name to leave behind.
+const LEAK_NAME_ENV: &str = "ALKSTORE_TEST_LEAK_NAME";
+
+/// Run only in a child process by the test below: leaves a schema the
+/// harness handed out (dropped at exit) and one it did not (reported).
+#[test]
+#[ignore = "run in a child process by the leak test below"]
+fn child_that_leaves_a_schema() {
+    let fixed = std::env::var(LEAK_NAME_ENV).unwrap_or_else(|e| panic!("{LEAK_NAME_ENV}: {e}"));
+    let handed_out = harness::unique_schema("left_behind");
+    let rt = harness::cli::runtime();
+    rt.block_on(async {
+        let client = harness::connect().await;
+        harness::exec(
+            &client,
+            &format!("CREATE SCHEMA {handed_out}; CREATE SCHEMA {fixed};"),
+        )
+        .await;
+    });
+}
+
+/// What a test leaves on the server under a name of its own fails the run
+/// (exit 1, the object named); what it leaves under a name the harness
+/// handed out is dropped at exit.
+#[test]
+fn a_test_that_leaves_an_object_behind_fails_the_run() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let fixed = format!("leak_probe_{}", std::process::id());
+    let out = std::process::Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
+        .args([
+            "--exact",
+            "child_that_leaves_a_schema",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(LEAK_NAME_ENV, &fixed)
+        .output()
+        .unwrap_or_else(|e| panic!("running the child: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Against an external server the child's leftover is on this server too.
+    let rt = harness::cli::runtime();
+    rt.block_on(async {
+        let client = harness::connect().await;
+        harness::exec(&client, &format!("DROP SCHEMA IF EXISTS {fixed}")).await;
+    });
+    assert!(text.contains("1 passed"), "the child did not run:\n{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "harness: the tests left 1 object(s) on the test server that the harness did not \
+             hand out a name for; create them under harness::unique_schema / unique_name \
+             (dropped at exit), or drop them in the test: schema {fixed}"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("left_behind"), "{text}");
+}

@@ -296,6 +296,45 @@ fn apply_and_check_exit_2_within_their_bound_while_access_exclusive_is_held() {
         // still held (the holder lets go after 60 s or below), so the bound
         // fired; its wall-clock time is the machine's load, not a property.
     }
+    // With --format json: the same failure as an object on stdout, with the
+    // server's SQLSTATE (55P03, lock_not_available).
+    let ran = cli(&[
+        "check",
+        "--database-url",
+        &url,
+        "--schema",
+        &raw,
+        "--lock-timeout",
+        "300ms",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(ran.code, ExitCode::from(2), "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", ran.stdout));
+    assert_eq!(
+        (
+            &json["outcome"],
+            &json["kind"],
+            &json["schema"],
+            &json["sqlstate"]
+        ),
+        (
+            &serde_json::json!("error"),
+            &serde_json::json!("lock_timeout"),
+            &serde_json::json!(raw),
+            &serde_json::json!("55P03")
+        ),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        ran.stderr.trim_end(),
+        format!(
+            "schema-gen: {}",
+            json["message"].as_str().unwrap_or_default()
+        )
+    );
     release.abort();
     rt.block_on(holder.batch_execute("ROLLBACK")).unwrap();
     let checked = cli(&["check", "--database-url", &url, "--schema", &raw]);

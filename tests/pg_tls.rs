@@ -202,23 +202,46 @@ fn a_password_file_others_can_read_is_ignored_and_the_error_says_so() {
     }
     let home = tls_server().scratch_dir().join("home-with-open-pgpass");
     std::fs::create_dir_all(&home).unwrap();
-    password_file(&home.join(".pgpass"), 0o644);
+    password_file(&home.join(".pgpass"), 0o640);
     let env = pg_env(Environment::new().with_home(&home));
     let ran = run_in(&["check", "--schema", "alkstore"], &env);
     assert_eq!(ran.code, ExitCode::from(2), "{ran:?}");
+    // Said once: the failed login's line carries the warning.
     let lines: Vec<&str> = ran.stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "a warning and the error: {lines:?}");
+    assert_eq!(lines.len(), 1, "the error, once: {lines:?}");
+    assert!(
+        lines[0].contains("the server asks for a password and none was given"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        ran.stderr.matches("group or world access").count(),
+        1,
+        "{lines:?}"
+    );
+    assert!(lines[0].contains("chmod 0600"), "{lines:?}");
+    assert_no_password(&ran.stderr);
+
+    // A login that needs no password (trust over the socket) still warns,
+    // once, and goes on.
+    let env = Environment::new()
+        .with_home(&home)
+        .with_var("PGHOST", &tls_server().socket_dir().display().to_string())
+        .with_var("PGPORT", &tls_server().port().to_string())
+        .with_var("PGUSER", ADMIN)
+        .with_var("PGDATABASE", "postgres");
+    let ran = run_in(&["check", "--schema", "pgpass_warned"], &env);
+    assert_eq!(ran.code, ExitCode::from(1), "{ran:?}");
+    assert!(
+        ran.stdout.contains("missing schema pgpass_warned"),
+        "{ran:?}"
+    );
+    let lines: Vec<&str> = ran.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "the warning, once: {lines:?}");
     assert!(
         lines[0].starts_with("schema-gen: warning: the password file")
             && lines[0].contains("group or world access"),
         "{lines:?}"
     );
-    assert!(
-        lines[1].contains("the server asks for a password and none was given"),
-        "{lines:?}"
-    );
-    assert!(lines[1].contains("chmod 0600"), "{lines:?}");
-    assert_no_password(&ran.stderr);
 }
 
 #[test]

@@ -60,6 +60,10 @@ pub const STATEMENT_ALLOWANCE: Duration = Duration::from_secs(10);
 /// PostgreSQL's largest `lock_timeout` / `statement_timeout`, in milliseconds.
 const MAX_TIMEOUT_MS: u128 = i32::MAX as u128;
 
+/// PostgreSQL's largest `lock_timeout`: 2147483647 ms, about 24.9 days.
+/// [`Options::lock_timeout`] takes anything above as this; the CLI refuses it.
+pub const MAX_LOCK_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 impl Options {
     /// `lock_timeout` as a PostgreSQL setting value (`5s`, `300ms`), clamped
     /// as [`Options::lock_timeout`] says.

@@ -10,8 +10,9 @@
 //! parallel.
 //!
 //! The Python is found once per process (see [`python`]): the interpreter
-//! named by [`PYTHON_ENV`] if set, else the venv `target/chdb-venv` of the
-//! workspace, which is created on first use (about half a minute: it pip-installs
+//! named by [`PYTHON_ENV`] if set, else the venv `chdb-venv` in the cargo
+//! target directory ([`crate::paths::cargo_target_dir`]: `CARGO_TARGET_DIR`
+//! when set, else the workspace's `target/`), which is created on first use (about half a minute: it pip-installs
 //! [`CHDB_REQUIREMENT`]). If it cannot be provisioned the test panics with the
 //! set-up step to run by hand; it never skips silently. Only
 //! [`SKIP_ENV`]`=1` skips, loudly and never in CI (see [`skip_requested`]).
@@ -60,10 +61,17 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The one-line manual set-up, quoted by every provisioning panic.
 fn setup_hint() -> String {
+    let venv = venv_dir();
     format!(
-        "python3 -m venv target/chdb-venv && target/chdb-venv/bin/pip install \
-         {CHDB_REQUIREMENT}, or set {PYTHON_ENV} to a python that can `import chdb`"
+        "python3 -m venv {venv} && {venv}/bin/pip install {CHDB_REQUIREMENT}, or set \
+         {PYTHON_ENV} to a python that can `import chdb`",
+        venv = venv.display()
     )
+}
+
+/// The managed venv: `chdb-venv` in the cargo target directory.
+fn venv_dir() -> PathBuf {
+    crate::paths::cargo_target_dir().join("chdb-venv")
 }
 
 /// One SQL statement for the engine, with optional inline data.
@@ -317,7 +325,7 @@ pub fn run_full(steps: &[Step]) -> Response {
 /// The Python interpreter that runs the engine, located or provisioned once per process.
 ///
 /// [`PYTHON_ENV`] if set (it must `import chdb`); else
-/// `<workspace>/target/chdb-venv/bin/python`, creating that venv if it is
+/// `<cargo target dir>/chdb-venv/bin/python`, creating that venv if it is
 /// missing or holds another chdb version. Concurrent tests in one process wait
 /// for one provisioning; concurrent processes each build in a private
 /// directory and atomically rename it into place, the first rename winning.
@@ -418,13 +426,6 @@ pub fn shaped(event: &AttemptEvent) -> AttemptRow {
     shape(&record).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn workspace_target() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits inside the workspace")
-        .join("target")
-}
-
 fn locate_python() -> Result<PathBuf, String> {
     if let Some(explicit) = std::env::var_os(PYTHON_ENV) {
         let explicit = PathBuf::from(explicit);
@@ -437,7 +438,7 @@ fn locate_python() -> Result<PathBuf, String> {
             )),
         };
     }
-    let venv = workspace_target().join("chdb-venv");
+    let venv = venv_dir();
     if !holds_pinned_chdb(&venv) {
         provision(&venv).map_err(|e| {
             format!(

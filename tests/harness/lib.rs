@@ -11,11 +11,14 @@ pub mod dump;
 pub mod engine;
 pub mod explain;
 pub mod history;
+mod hygiene;
 pub mod names;
+pub mod paths;
 pub mod pg;
 pub mod pgbouncer;
 pub mod snapshots;
 pub mod tls;
+pub mod tls_v1;
 pub mod wire;
 
 pub use pg::{

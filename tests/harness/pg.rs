@@ -97,7 +97,20 @@ fn server() -> &'static Server {
         Ok(url) if !url.trim().is_empty() => external_server(&url),
         _ => start_local_cluster(),
     }) {
-        Ok(server) => server,
+        Ok(server) => {
+            // The inventory to leave the server as, and the clean-up at exit.
+            crate::hygiene::watch(
+                || {
+                    server.psql_command(&server.render(
+                        &server.superuser,
+                        server.superuser_password.as_deref(),
+                        &server.dbname,
+                    ))
+                },
+                process_tag(),
+            );
+            server
+        }
         // Computed once, reported by every test that needs the server.
         Err(message) => panic!("no PostgreSQL server for the integration tests: {message}"),
     }
@@ -242,6 +255,7 @@ pub async fn create_database(name: &str) -> String {
     if let Err(why) = check_ident(name, 63) {
         panic!("create_database: {name:?} is not a plain identifier: {why}");
     }
+    crate::hygiene::remember(name);
     let client = connect().await;
     client
         .batch_execute(&format!("CREATE DATABASE \"{name}\" TEMPLATE template0"))
@@ -309,15 +323,7 @@ pub fn psql() -> Command {
 
 /// Like [`psql`] but connecting to `url` (e.g. as a less privileged role).
 pub fn psql_with_url(url: &str) -> Command {
-    let bin = server()
-        .bindir
-        .as_ref()
-        .map(|dir| dir.join("psql"))
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("psql"));
-    let mut cmd = Command::new(bin);
-    cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url]);
-    cmd
+    server().psql_command(url)
 }
 
 /// Returns the server's `server_version_num` (e.g. `150008` for 15.8).
@@ -399,6 +405,19 @@ pub fn skip_db_tests() -> bool {
 // URLs
 
 impl Server {
+    /// `psql -X -q -v ON_ERROR_STOP=1 -d URL` with the server's psql.
+    fn psql_command(&self, url: &str) -> Command {
+        let bin = self
+            .bindir
+            .as_ref()
+            .map(|dir| dir.join("psql"))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("psql"));
+        let mut cmd = Command::new(bin);
+        cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url]);
+        cmd
+    }
+
     fn render(&self, user: &str, password: Option<&str>, dbname: &str) -> String {
         let mut pairs: Vec<(&str, &str)> =
             self.base.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -572,6 +591,8 @@ fn unique_ident(prefix: &str) -> String {
     if let Err(why) = check_ident(&name, 63) {
         panic!("unique name prefix {prefix:?} gives the unusable name {name}: {why}");
     }
+    // Whatever the test makes of it (schema, role, database) is dropped at exit.
+    crate::hygiene::remember(&name);
     name
 }
 
@@ -683,12 +704,16 @@ pub struct ClusterSetup {
     /// cluster's OS user with mode 0600 (certificates, keys):
     /// `(file name, contents)`.
     pub files: Vec<(String, Vec<u8>)>,
+    /// Listen on the Unix-domain socket only (no TCP), on this port: a
+    /// cluster on port 5432 in its own socket directory collides with no
+    /// other server, so a test can play libpq's defaults against it.
+    pub socket_only_port: Option<u16>,
 }
 
 /// A throwaway cluster started by [`start_cluster`]; stopped and removed when
 /// the test process exits, like the shared one.
 pub struct LocalCluster {
-    /// The TCP port on 127.0.0.1.
+    /// The TCP port on 127.0.0.1 (and the socket's: `.s.PGSQL.<port>`).
     pub port: u16,
     /// The cluster's directory: its Unix-domain socket lives here (when the
     /// path is short enough), next to the data directory.
@@ -781,6 +806,16 @@ pub fn start_cluster(setup: &ClusterSetup) -> Result<LocalCluster, String> {
     )?;
 
     let has_socket = write_settings(&data, &dir)?;
+    if setup.socket_only_port.is_some() {
+        if !has_socket {
+            return Err(format!(
+                "the cluster directory {} is too long a path for a Unix-domain socket; set \
+                 TMPDIR to a short directory such as /tmp",
+                dir.display()
+            ));
+        }
+        append_settings(&data, "listen_addresses = ''")?;
+    }
     append_settings(&data, &setup.settings)?;
     if let Some(hba) = &setup.hba {
         write_cluster_file(
@@ -798,7 +833,10 @@ pub fn start_cluster(setup: &ClusterSetup) -> Result<LocalCluster, String> {
     let mut attempt = 0;
     let port = loop {
         attempt += 1;
-        let port = free_port()?;
+        let port = match setup.socket_only_port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         let result = run(
             runner
                 .command("pg_ctl")

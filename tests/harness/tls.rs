@@ -189,6 +189,7 @@ fn start() -> Result<TlsServer, String> {
             ),
             ("ca.pem".to_owned(), certs.ca.clone().into_bytes()),
         ],
+        ..ClusterSetup::default()
     };
     let cluster = start_cluster(&setup)?;
     if !cluster.has_socket {

@@ -11,13 +11,12 @@ use crate::connect::{ConnectOptions, Environment};
 /// host must not hang a deploy script (libpq would wait forever).
 pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The variables that name a server when no connection string is given.
-const SERVER_VARIABLES: [&str; 2] = ["PGHOST", "PGHOSTADDR"];
-
 /// Resolves the connection of `apply` / `check`. The connection string is
-/// `--database-url`, else `DATABASE_URL`; it may be left out (or empty) when
-/// `PGHOST` or `PGHOSTADDR` names the server. Errors say which input is
-/// wrong and never print a password.
+/// `--database-url`, else `DATABASE_URL`; left out (or empty), the `PG*`
+/// variables and then libpq's defaults decide, as for psql: with nothing set,
+/// the local socket in `/var/run/postgresql` (or `/tmp`), port 5432, the
+/// operating-system user and a database named like it. Errors say which
+/// input is wrong and never print a password.
 pub(super) fn options(
     database_url: Option<&str>,
     env: &Environment,
@@ -29,22 +28,6 @@ pub(super) fn options(
             None => ("", ""),
         },
     };
-    if conninfo.trim().is_empty()
-        && SERVER_VARIABLES
-            .iter()
-            .all(|var| env.var(var).is_none_or(str::is_empty))
-    {
-        let given = if source.is_empty() {
-            "neither --database-url nor DATABASE_URL is given".to_owned()
-        } else {
-            format!("{source} is empty")
-        };
-        return Err(format!(
-            "no server to connect to: {given}, and neither PGHOST nor PGHOSTADDR is set; give \
-             --database-url postgres://user@host:port/db (or key=value pairs), or set PGHOST \
-             (with PGPORT, PGUSER, PGDATABASE, ... as psql reads them)"
-        ));
-    }
     let mut options = ConnectOptions::resolve(conninfo, env).map_err(|err| {
         if source.is_empty() {
             err.to_string()

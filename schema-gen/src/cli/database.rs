@@ -9,9 +9,11 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use schema_model::SchemaName;
 
-use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name, write_out};
+use super::failure::Failure;
+use super::{EXIT_DRIFT, connection, report, schema_name, write_out};
 use crate::connect::Environment;
-use crate::error::{self, ErrorKind};
+use crate::error::ErrorKind;
+use crate::options::MAX_LOCK_TIMEOUT;
 use crate::upgrade::{Status, status};
 use crate::verify::Difference;
 use crate::{Options, Outcome, bootstrap_with};
@@ -22,8 +24,9 @@ use crate::{Options, Outcome, bootstrap_with};
 pub struct DatabaseArgs {
     /// PostgreSQL connection string, as psql takes it:
     /// `postgres://user@host:port/db?sslmode=verify-full` or `host=... dbname=...`
-    /// [env: DATABASE_URL]. May be left out when PGHOST or PGHOSTADDR name the
-    /// server; PG* variables and ~/.pgpass fill in what it leaves out.
+    /// [env: DATABASE_URL]. PG* variables and ~/.pgpass fill in what it leaves
+    /// out; with nothing set, libpq's defaults: the local socket
+    /// (/var/run/postgresql, or /tmp), port 5432, the OS user.
     #[arg(long)]
     pub database_url: Option<String>,
     /// The engine-owned schema: lowercase letters, digits and '_', at most 63 bytes.
@@ -39,14 +42,51 @@ pub struct DatabaseArgs {
     pub lock_timeout: Duration,
 }
 
-/// `300ms`, `5s`, `1m 30s`, ...: jiff's friendly duration format. Zero is
-/// refused: PostgreSQL reads a zero `lock_timeout` as "wait forever".
+/// The form `--lock-timeout` takes, for its error messages.
+const LOCK_TIMEOUT_FORM: &str = "a number with its unit, e.g. 300ms, 5s, 1m or 1m 30s";
+
+/// `300ms`, `5s`, `1m 30s`, `1d`, ...: jiff's friendly duration format, days
+/// and weeks taken as 24 and 168 hours (PostgreSQL's `1d` is 24 hours too).
+/// Refused: zero (PostgreSQL reads a zero `lock_timeout` as "wait forever"),
+/// a negative span, months and years (no fixed length), and anything above
+/// PostgreSQL's maximum (2147483647 ms), which would otherwise be silently
+/// cut to it. jiff's own message describes its grammar, not the mistake, so
+/// the messages here are ours.
 pub(super) fn parse_lock_timeout(text: &str) -> Result<Duration, String> {
-    let duration = jiff::fmt::friendly::SpanParser::new()
-        .parse_unsigned_duration(text)
-        .map_err(|err| format!("{err} (write e.g. 300ms, 5s or 1m)"))?;
+    let trimmed = text.trim();
+    let span = jiff::fmt::friendly::SpanParser::new()
+        .parse_span(trimmed)
+        .map_err(|_| {
+            if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+                format!("`{trimmed}` has no unit; write {LOCK_TIMEOUT_FORM}")
+            } else {
+                format!("`{trimmed}` is not a duration; write {LOCK_TIMEOUT_FORM}")
+            }
+        })?;
+    if span.is_negative() {
+        return Err(format!(
+            "`{trimmed}` is negative; write {LOCK_TIMEOUT_FORM}"
+        ));
+    }
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .ok()
+        .and_then(|signed| Duration::try_from(signed).ok())
+        .ok_or_else(|| {
+            format!(
+                "`{trimmed}` has months or years, which have no fixed length; write \
+                 {LOCK_TIMEOUT_FORM}"
+            )
+        })?;
     if duration < Duration::from_millis(1) {
         return Err("it must be at least 1ms (0 would mean: wait forever)".to_owned());
+    }
+    // PostgreSQL counts whole milliseconds, rounded up.
+    if duration.as_nanos().div_ceil(1_000_000) > MAX_LOCK_TIMEOUT.as_millis() {
+        return Err(format!(
+            "`{trimmed}` is more than PostgreSQL's maximum lock_timeout, {}ms (about 24 days)",
+            MAX_LOCK_TIMEOUT.as_millis()
+        ));
     }
     Ok(duration)
 }
@@ -84,27 +124,29 @@ pub(super) fn run(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> ExitCode {
-    let fail = |stderr: &mut dyn Write, message: &str| {
-        let _ = writeln!(stderr, "schema-gen: {}", error::one_line(message));
-        ExitCode::from(EXIT_USAGE)
-    };
+    let json = args.format == ReportFormat::Json;
     let schema = match schema_name(&args.schema) {
         Ok(schema) => schema,
-        Err(message) => return fail(stderr, &message),
+        Err(message) => return Failure::refused_input(message).print(json, stdout, stderr),
     };
     let connection = match connection::options(args.database_url.as_deref(), env) {
         Ok(connection) => connection,
-        Err(message) => return fail(stderr, &message),
+        Err(message) => {
+            return Failure::configuration(message)
+                .about(schema.as_str())
+                .print(json, stdout, stderr);
+        }
     };
-    for warning in connection.warnings() {
-        let _ = writeln!(stderr, "schema-gen: warning: {warning}");
-    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(err) => return fail(stderr, &format!("cannot start the async runtime: {err}")),
+        Err(err) => {
+            return Failure::other(format!("cannot start the async runtime: {err}"))
+                .about(schema.as_str())
+                .print(json, stdout, stderr);
+        }
     };
     let bounds = Options {
         lock_timeout: args.lock_timeout,
@@ -118,7 +160,17 @@ pub(super) fn run(
             Action::Check => status(&client, &schema, &bounds).await.map(Report::Checked),
         }
     });
-    let json = args.format == ReportFormat::Json;
+    // libpq's warnings (an ignored password file), once: a failed login's
+    // message already carries them.
+    let failed = result.as_ref().err().map(ToString::to_string);
+    for warning in connection.warnings() {
+        if !failed
+            .as_ref()
+            .is_some_and(|text| text.contains(warning.as_str()))
+        {
+            let _ = writeln!(stderr, "schema-gen: warning: {warning}");
+        }
+    }
     let (text, code) = match result {
         Ok(Report::Applied(outcome)) if json => (report::apply_json(&outcome), ExitCode::SUCCESS),
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
@@ -137,7 +189,9 @@ pub(super) fn run(
             if let ErrorKind::Drift { differences, .. } = err.kind() {
                 return refused(&schema, differences, json, stdout, stderr);
             }
-            return fail(stderr, &err.to_string());
+            return Failure::from_error(&err)
+                .about(schema.as_str())
+                .print(json, stdout, stderr);
         }
     };
     write_out(stdout, stderr, &text, code)
@@ -160,4 +214,38 @@ fn refused(
     let text = report::differences_text(schema, differences, VERDICT);
     let _ = write!(stderr, "schema-gen: {text}");
     ExitCode::from(EXIT_DRIFT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_timeouts_parse_or_say_what_to_write() {
+        assert_eq!(parse_lock_timeout("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_lock_timeout("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_lock_timeout("2147483647ms"), Ok(MAX_LOCK_TIMEOUT));
+        assert_eq!(
+            parse_lock_timeout("5"),
+            Err(format!("`5` has no unit; write {LOCK_TIMEOUT_FORM}"))
+        );
+        assert_eq!(
+            parse_lock_timeout("soon"),
+            Err(format!(
+                "`soon` is not a duration; write {LOCK_TIMEOUT_FORM}"
+            ))
+        );
+        for too_long in ["10000h", "2147483648ms", "2147483647.5ms"] {
+            let err = parse_lock_timeout(too_long).unwrap_err();
+            assert!(
+                err.contains("more than PostgreSQL's maximum lock_timeout, 2147483647ms"),
+                "{err}"
+            );
+        }
+        assert!(
+            parse_lock_timeout("0s")
+                .unwrap_err()
+                .contains("at least 1ms")
+        );
+    }
 }

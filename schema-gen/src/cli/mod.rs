@@ -1,10 +1,12 @@
 //! The `schema-gen` command line: parsing and dispatch. `main.rs` only calls
 //! [`run`]. The offline commands (`sql`, `describe`) live in `family`, the
 //! ones that talk to a server (`apply`, `check`) in `database`, which
-//! connects through `connection` and prints through `report`.
+//! connects through `connection` and prints through `report`; every command
+//! fails (exit 2) through `failure`.
 
 mod connection;
 mod database;
+mod failure;
 mod family;
 mod report;
 mod statements;
@@ -13,10 +15,11 @@ mod upgrade;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use schema_model::SchemaName;
 
 use crate::connect::Environment;
+use failure::Failure;
 
 pub use database::{DatabaseArgs, ReportFormat};
 pub use family::TargetArgs;
@@ -57,7 +60,6 @@ missing privilege, a lock held past --lock-timeout, output that cannot be writte
 #[derive(Debug, Parser)]
 #[command(
     name = "schema-gen",
-    version,
     about = "Prints, describes, applies and checks alkstore's engine schema.",
     after_help = EXAMPLES
 )]
@@ -118,6 +120,21 @@ pub enum Format {
     Json,
 }
 
+/// What `schema-gen --version` prints after the name: the release, and the
+/// schema version it creates
+/// ([`MODEL_VERSION`](schema_model::history::MODEL_VERSION)), e.g.
+/// `0.3.0 (creates schema version 3)`.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        format!(
+            "{} (creates schema version {})",
+            env!("CARGO_PKG_VERSION"),
+            schema_model::history::MODEL_VERSION
+        )
+    })
+}
+
 /// Exit code for a usage error or refused input (clap's own convention).
 pub const EXIT_USAGE: u8 = 2;
 
@@ -150,32 +167,23 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let parsed = Cli::command()
+        .version(version())
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             // --help and --version are answers, not errors: they go to stdout.
             let text = err.render().to_string();
             if err.use_stderr() {
-                // One line, so scripts can log it; the rest of clap's text is a hint.
-                let mut lines = text.lines();
-                let first = lines.next().unwrap_or_default();
-                let first = first.strip_prefix("error: ").unwrap_or(first);
-                // clap lists missing arguments on the next, indented lines.
-                let listed: Vec<&str> = if first.ends_with(':') {
-                    lines
-                        .take_while(|line| line.starts_with("  "))
-                        .map(str::trim)
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                let first = if listed.is_empty() {
-                    first.to_owned()
-                } else {
-                    format!("{first} {}", listed.join(", "))
-                };
-                let _ = writeln!(stderr, "schema-gen: {first} (see 'schema-gen --help')");
-                return ExitCode::from(EXIT_USAGE);
+                let message = format!("{} (see 'schema-gen --help')", usage_line(&text));
+                return Failure::usage(message).print(
+                    failure::asks_for_json(&args),
+                    stdout,
+                    stderr,
+                );
             }
             let _ = stdout.write_all(text.as_bytes());
             return ExitCode::SUCCESS;
@@ -185,27 +193,54 @@ where
         // These talk to a server and have their own exit codes.
         Command::Apply(args) => database::run(database::Action::Apply, &args, env, stdout, stderr),
         Command::Check(args) => database::run(database::Action::Check, &args, env, stdout, stderr),
-        Command::Sql(target) => print(family::sql(&target), stdout, stderr),
-        Command::Describe { target, format } => {
-            print(family::describe(&target, format), stdout, stderr)
-        }
-        Command::Statements(args) => print(statements::statements(&args), stdout, stderr),
+        Command::Sql(target) => print(family::sql(&target), false, stdout, stderr),
+        Command::Describe { target, format } => print(
+            family::describe(&target, format),
+            format == Format::Json,
+            stdout,
+            stderr,
+        ),
+        Command::Statements(args) => print(
+            statements::statements(&args),
+            args.format == StatementsFormat::Json,
+            stdout,
+            stderr,
+        ),
         Command::Upgrade(args) => upgrade::run(&args, env, stdout, stderr),
     }
 }
 
-/// Writes a command's output, or its refusal as one line on `stderr`.
+/// clap's error as one line, so scripts can log it: its first line, and the
+/// indented lines after it (the missing arguments, the accepted values, a
+/// tip); the rest of clap's text is a pointer to --help.
+fn usage_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let listed: Vec<&str> = lines
+        .take_while(|line| line.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    match (listed.is_empty(), first.ends_with(':')) {
+        (true, _) => first.to_owned(),
+        // `the following required arguments were not provided: a, b`
+        (false, true) => format!("{first} {}", listed.join(", ")),
+        // `invalid value 'yaml' for '--format <FORMAT>' [possible values: markdown, json]`
+        (false, false) => format!("{first} {}", listed.join("; ")),
+    }
+}
+
+/// Writes a command's output, or its refusal (one line on `stderr`, and the
+/// JSON failure on `stdout` when `json`).
 fn print(
     result: Result<String, String>,
+    json: bool,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> ExitCode {
     match result {
         Ok(output) => write_out(stdout, stderr, &output, ExitCode::SUCCESS),
-        Err(message) => {
-            let _ = writeln!(stderr, "schema-gen: {message}");
-            ExitCode::from(EXIT_USAGE)
-        }
+        Err(message) => Failure::refused_input(message).print(json, stdout, stderr),
     }
 }
 

@@ -10,9 +10,10 @@ use clap::Args;
 use serde::Serialize;
 
 use super::database::{ReportFormat, parse_lock_timeout};
-use super::{EXIT_DRIFT, EXIT_USAGE, connection, report, schema_name, write_out};
+use super::failure::Failure;
+use super::{EXIT_DRIFT, connection, report, schema_name, write_out};
 use crate::connect::Environment;
-use crate::error::{self, ErrorKind};
+use crate::error::ErrorKind;
 use crate::upgrade::{self, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
 
 /// The arguments of `upgrade`.
@@ -69,17 +70,18 @@ pub(super) fn run(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> ExitCode {
-    let fail = |stderr: &mut dyn Write, message: &str| {
-        let _ = writeln!(stderr, "schema-gen: {}", error::one_line(message));
-        ExitCode::from(EXIT_USAGE)
-    };
+    let json = args.format == ReportFormat::Json;
     let schema = match schema_name(&args.schema) {
         Ok(schema) => schema,
-        Err(message) => return fail(stderr, &message),
+        Err(message) => return Failure::refused_input(message).print(json, stdout, stderr),
     };
     let connection = match connection::options(args.database_url.as_deref(), env) {
         Ok(connection) => connection,
-        Err(message) => return fail(stderr, &message),
+        Err(message) => {
+            return Failure::configuration(message)
+                .about(schema.as_str())
+                .print(json, stdout, stderr);
+        }
     };
     for warning in connection.warnings() {
         let _ = writeln!(stderr, "schema-gen: warning: {warning}");
@@ -89,14 +91,17 @@ pub(super) fn run(
         .build()
     {
         Ok(runtime) => runtime,
-        Err(err) => return fail(stderr, &format!("cannot start the async runtime: {err}")),
+        Err(err) => {
+            return Failure::other(format!("cannot start the async runtime: {err}"))
+                .about(schema.as_str())
+                .print(json, stdout, stderr);
+        }
     };
     let options = UpgradeOptions {
         lock_timeout: args.lock_timeout,
         ..UpgradeOptions::default()
     };
     let schema_for_work = schema.clone();
-    let json = args.format == ReportFormat::Json;
     // Progress lines go to stderr as the steps run: the upgrade sends them,
     // a second future on the same thread prints them.
     let (lines, mut printed) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -159,7 +164,9 @@ pub(super) fn run(
                 );
                 return ExitCode::from(EXIT_DRIFT);
             }
-            return fail(stderr, &err.to_string());
+            return Failure::from_error(&err)
+                .about(schema.as_str())
+                .print(json, stdout, stderr);
         }
     };
     write_out(stdout, stderr, &text, ExitCode::SUCCESS)

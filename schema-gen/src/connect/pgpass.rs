@@ -11,10 +11,6 @@
 
 use std::path::{Path, PathBuf};
 
-/// The socket directory that libpq (as Debian builds it) looks up as
-/// `localhost` in the password file.
-pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
-
 /// What looking in the password file found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Lookup {
@@ -32,13 +28,9 @@ pub(crate) fn lookup(file: &Path, host: &str, port: u16, dbname: &str, user: &st
     if dbname.is_empty() || user.is_empty() {
         return Lookup::NotFound;
     }
-    // libpq: the default socket directory (or no host) is looked up as
-    // "localhost".
-    let host = if host.is_empty() || host == DEFAULT_SOCKET_DIR {
-        "localhost"
-    } else {
-        host
-    };
+    // libpq: no host is looked up as "localhost" (the caller passes
+    // "localhost" for the default socket directory too).
+    let host = if host.is_empty() { "localhost" } else { host };
     let Ok(meta) = std::fs::metadata(file) else {
         return Lookup::NotFound;
     };
@@ -198,12 +190,8 @@ mod tests {
     }
 
     #[test]
-    fn the_default_socket_directory_is_localhost() {
+    fn no_host_is_localhost() {
         let (path, _guard) = file_with("localhost:5432:app:bob:sock\n", 0o600);
-        assert_eq!(
-            lookup(&path, DEFAULT_SOCKET_DIR, 5432, "app", "bob"),
-            found("sock", 1)
-        );
         assert_eq!(lookup(&path, "", 5432, "app", "bob"), found("sock", 1));
         assert_eq!(lookup(&path, "/tmp", 5432, "app", "bob"), Lookup::NotFound);
     }

@@ -17,15 +17,30 @@
 //! `require` and `verify-ca` need verifiers of their own (rustls always
 //! checks both chain and name); each is a few lines over rustls's own
 //! functions, and the handshake signatures are always checked.
+//!
+//! X.509 version 1 certificates (no extensions; what Citus and
+//! `openssl x509 -req` make): where nothing is verified (`allow`, `prefer`,
+//! `require` without a root file, as libpq), the handshake signature is
+//! checked against the certificate's public key, read by `x509-cert`
+//! whatever the version, so they connect as with psql. Where the chain is
+//! verified (`verify-ca`, `verify-full`, or a root file), webpki refuses
+//! them: a version 1 certificate cannot say it is a CA or name a host, and
+//! the error says to re-issue it as version 3 (libpq, through OpenSSL,
+//! accepts one that is its own root).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::verify_server_cert_signed_by_trust_anchor;
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::crypto::{
+    CryptoProvider, WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature,
+    verify_tls13_signature_with_raw_key,
+};
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{
+    CertificateDer, PrivateKeyDer, ServerName, SubjectPublicKeyInfoDer, UnixTime,
+};
 use rustls::server::ParsedCertificate;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
@@ -299,12 +314,17 @@ impl ServerCertVerifier for CaOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        let algorithms = &self.provider.signature_verification_algorithms;
+        match &self.roots {
+            Some(_) => verify_tls12_signature(message, cert, dss, algorithms),
+            None => verify_tls12_signature_by_key(
+                message,
+                &public_key(cert)?,
+                dss.scheme,
+                dss.signature(),
+                algorithms,
+            ),
+        }
     }
 
     fn verify_tls13_signature(
@@ -313,12 +333,13 @@ impl ServerCertVerifier for CaOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        let algorithms = &self.provider.signature_verification_algorithms;
+        match &self.roots {
+            Some(_) => verify_tls13_signature(message, cert, dss, algorithms),
+            None => {
+                verify_tls13_signature_with_raw_key(message, &public_key(cert)?, dss, algorithms)
+            }
+        }
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -326,6 +347,61 @@ impl ServerCertVerifier for CaOnly {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// The subject public key of `cert`, whatever its X.509 version (webpki,
+/// behind rustls's own signature checks, parses version 3 only).
+fn public_key(
+    cert: &CertificateDer<'_>,
+) -> Result<SubjectPublicKeyInfoDer<'static>, rustls::Error> {
+    use x509_cert::der::{Decode as _, Encode as _};
+    let bad = |_| rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding);
+    let parsed = x509_cert::Certificate::from_der(cert.as_ref()).map_err(bad)?;
+    let spki = parsed
+        .tbs_certificate
+        .subject_public_key_info
+        .to_der()
+        .map_err(bad)?;
+    Ok(SubjectPublicKeyInfoDer::from(spki))
+}
+
+/// rustls's `verify_tls12_signature` over a public key rather than a
+/// certificate (rustls has the TLS 1.3 form only,
+/// `verify_tls13_signature_with_raw_key`): TLS 1.2 does not say which
+/// algorithm a scheme means, so each of the scheme's candidates is tried.
+fn verify_tls12_signature_by_key(
+    message: &[u8],
+    spki: &SubjectPublicKeyInfoDer<'_>,
+    scheme: SignatureScheme,
+    signature: &[u8],
+    algorithms: &WebPkiSupportedAlgorithms,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    // A scheme the provider does not map was not advertised by us.
+    let unadvertised = || rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme;
+    let candidates = algorithms
+        .mapping
+        .iter()
+        .find(|(mapped, _)| *mapped == scheme)
+        .map(|(_, candidates)| *candidates)
+        .ok_or_else(unadvertised)?;
+    let key = webpki::RawPublicKeyEntity::try_from(spki)
+        .map_err(|_| rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding))?;
+    for algorithm in candidates {
+        match key.verify_signature(*algorithm, message, signature) {
+            Ok(()) => return Ok(HandshakeSignatureValid::assertion()),
+            // Another key type than this candidate's: try the next one.
+            Err(webpki::Error::UnsupportedSignatureAlgorithmForPublicKeyContext(_)) => {}
+            Err(_) => {
+                return Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::BadSignature,
+                ));
+            }
+        }
+    }
+    // No candidate fits the key: the signature cannot be the key's.
+    Err(rustls::Error::InvalidCertificate(
+        rustls::CertificateError::BadSignature,
+    ))
 }
 
 /// Parses `ssl_min_protocol_version` / `ssl_max_protocol_version` into the
@@ -387,6 +463,53 @@ mod tests {
             assert_eq!(SslMode::parse(mode.as_str()), Some(mode));
         }
         assert_eq!(SslMode::parse("verify_full"), None);
+    }
+
+    #[test]
+    fn without_roots_the_handshake_signature_is_still_checked_against_the_key() {
+        use rcgen::{PublicKeyData as _, SigningKey as _};
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["db".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        // The certificate's key, read by x509-cert, is the key that signed it.
+        let spki = public_key(cert.der()).unwrap();
+        assert_eq!(spki.as_ref(), key.subject_public_key_info().as_slice());
+        assert!(matches!(
+            public_key(&CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])),
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::BadEncoding
+            ))
+        ));
+
+        let algorithms = provider().signature_verification_algorithms;
+        let message = b"the handshake transcript";
+        let signature = key.sign(message).unwrap();
+        let verify = |message: &[u8], scheme, signature: &[u8]| {
+            verify_tls12_signature_by_key(message, &spki, scheme, signature, &algorithms)
+        };
+        let p256 = SignatureScheme::ECDSA_NISTP256_SHA256;
+        assert!(verify(message, p256, &signature).is_ok());
+        // Another message, a signature by another key, a scheme of another
+        // key type, a scheme nobody advertised: all refused.
+        let bad_signature = Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::BadSignature,
+        ));
+        assert_eq!(
+            verify(b"another transcript", p256, &signature).map(|_| ()),
+            bad_signature
+        );
+        let other = rcgen::KeyPair::generate().unwrap().sign(message).unwrap();
+        assert_eq!(verify(message, p256, &other).map(|_| ()), bad_signature);
+        assert_eq!(
+            verify(message, SignatureScheme::RSA_PKCS1_SHA256, &signature).map(|_| ()),
+            bad_signature
+        );
+        assert!(matches!(
+            verify(message, SignatureScheme::Unknown(0x0101), &signature),
+            Err(rustls::Error::PeerMisbehaved(_))
+        ));
     }
 
     #[test]
