@@ -17,6 +17,7 @@ pub mod paths;
 pub mod pg;
 pub mod pgbouncer;
 pub mod snapshots;
+pub mod squawk;
 pub mod tls;
 pub mod tls_v1;
 pub mod wire;
