@@ -34,10 +34,14 @@ use tokio_postgres::error::SqlState;
 const NOW: i64 = 1_700_000_000;
 
 /// The longest a session of these tests may wait for any lock. A claim that
-/// skips locked rows never waits at all; one that does not waits for as long
-/// as the holder keeps its transaction open (until the test commits), so
-/// the setting fires whatever its value.
-const NEVER_WAIT: &str = "SET lock_timeout = '1s'";
+/// skips locked rows never waits for a row; one that does not waits for as
+/// long as the holder keeps its transaction open (until the test commits),
+/// so the setting fires whatever its value. It is not shorter because a
+/// session may wait, briefly, for another's relation extension lock (a
+/// heavyweight lock, so `lock_timeout` counts it) while both add pages:
+/// seen once in CI on a loaded 2-core machine at 1 s, when the extending
+/// session was not scheduled for that long.
+const NEVER_WAIT: &str = "SET lock_timeout = '10s'";
 
 fn job(queue: &str, priority: i32, run_at: i64) -> Job {
     Job {
