@@ -40,7 +40,8 @@ pub enum TableLock {
     None,
     /// `ROW EXCLUSIVE`: what the engine's own writes take (a backfill
     /// batch); it conflicts with no engine statement, only with row locks
-    /// on the rows it changes, which it skips.
+    /// on the rows it changes, which it skips. (A backfill step declares
+    /// `SHARE UPDATE EXCLUSIVE`, for the vacuum that follows its batches.)
     RowExclusive,
     /// `SHARE UPDATE EXCLUSIVE`: `CREATE INDEX CONCURRENTLY`, `VALIDATE
     /// CONSTRAINT`, storage parameters, comments, index renames: conflicts
@@ -183,8 +184,10 @@ impl Step {
     pub fn lock(&self) -> TableLock {
         match &self.action {
             Action::CreateTable => TableLock::None,
-            Action::Backfill { .. } => TableLock::RowExclusive,
+            // The batches take ROW EXCLUSIVE; the vacuum after them SHARE
+            // UPDATE EXCLUSIVE.
             Action::SetStorageParameters { .. }
+            | Action::Backfill { .. }
             | Action::Comment { .. }
             | Action::CreateIndex { .. }
             | Action::SwapIndex { .. }

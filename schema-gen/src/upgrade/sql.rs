@@ -183,6 +183,17 @@ pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Ste
     }
 }
 
+/// `VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE)` of `table`: the
+/// options of the engine's own maintenance step
+/// ([`jobs::vacuum`](crate::statements::jobs::vacuum), whose reasons its
+/// docs give), for any table a backfill rewrote.
+pub fn vacuum(schema: &SchemaName, table: &str) -> String {
+    format!(
+        "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}",
+        qualified(schema, table)
+    )
+}
+
 /// `DROP INDEX CONCURRENTLY IF EXISTS`: also what clears the invalid
 /// leftover of an interrupted `CREATE INDEX CONCURRENTLY`.
 pub fn drop_index(schema: &SchemaName, index: &str) -> String {
@@ -271,7 +282,7 @@ pub fn version_statements(
 /// ```text
 /// UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY (
 ///   SELECT "id" FROM "s"."jobs" WHERE "id" >= $1 AND "id" < $2
-///     AND (NOT "ready") AND ("claimed_at" IS NOT NULL OR "run_at" <= $3)
+///     AND (NOT "ready") AND "claimed_at" IS NULL AND "run_at" <= $3
 ///   FOR UPDATE SKIP LOCKED))
 /// ```
 pub fn batch_statement(schema: &SchemaName, backfill: &Backfill) -> BatchStatement {
@@ -341,10 +352,19 @@ mod tests {
         let statement = batch_statement(&schema, &v2.hints.backfills[0]);
         assert_eq!(
             statement.sql,
-            r#"UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY (SELECT "id" FROM "s"."jobs" WHERE "id" >= $1 AND "id" < $2 AND (NOT "ready") AND ("claimed_at" IS NOT NULL OR "run_at" <= $3) FOR UPDATE SKIP LOCKED))"#
+            r#"UPDATE "s"."jobs" SET "ready" = true WHERE "id" = ANY(ARRAY (SELECT "id" FROM "s"."jobs" WHERE "id" >= $1 AND "id" < $2 AND (NOT "ready") AND "claimed_at" IS NULL AND "run_at" <= $3 FOR UPDATE SKIP LOCKED))"#
         );
         assert_eq!(statement.placeholders, 3);
         assert_eq!(statement.values(1, 5001, 9), [1, 5001, 9]);
+    }
+
+    #[test]
+    fn the_vacuum_after_a_backfill_is_the_engines_own() {
+        let schema = SchemaName::new("s").unwrap();
+        assert_eq!(
+            vacuum(&schema, "jobs"),
+            crate::statements::jobs::vacuum(&schema).sql()
+        );
     }
 
     #[test]
