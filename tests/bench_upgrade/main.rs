@@ -39,7 +39,9 @@
 //! `ALKSTORE_BENCH_ONLY=online` or `naive` runs one part. The report is
 //! printed and written to `target/bench-upgrade.md`. The run fails (after
 //! the report) when the online part failed a statement, lost or doubled a
-//! job, or let a claim wait longer than the upgrade's lock bound.
+//! job, or let a loop statement take longer than the upgrade's lock bound
+//! plus a quarter (a statement queued behind the upgrade's lock request
+//! waits up to the bound, then runs).
 
 mod engines;
 mod naive;
@@ -56,7 +58,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use engines::{ClientLog, Ledger, Logs, Phase, Shared};
-use watch::Wait;
+use watch::{Autovacuum, Seen, Wait};
 
 /// How big a run is.
 #[derive(Debug, Clone)]
@@ -149,6 +151,9 @@ pub struct Part {
     pub name: &'static str,
     pub logs: Logs,
     pub waits: Vec<Wait>,
+    pub autovacuums: Vec<Autovacuum>,
+    /// `jobs`' statistics at moments of the part.
+    pub table: Vec<(&'static str, String)>,
     pub load: Vec<f64>,
     pub ledger: Ledger,
     pub status: String,
@@ -206,7 +211,7 @@ async fn join_all(handles: Vec<JoinHandle<ClientLog>>, logs: &mut Logs) {
 /// and the load average.
 struct Watchers {
     shared: Shared,
-    waits: JoinHandle<Vec<Wait>>,
+    waits: JoinHandle<Seen>,
     reader: JoinHandle<ClientLog>,
     load: JoinHandle<Vec<f64>>,
 }
@@ -215,14 +220,18 @@ impl Watchers {
     fn start(shared: &Shared, schema: &SchemaName, upgrader: i32) -> Self {
         let shared = shared.fork();
         Self {
-            waits: tokio::spawn(watch::lock_waits(shared.clone(), upgrader)),
+            waits: tokio::spawn(watch::lock_waits(
+                shared.clone(),
+                upgrader,
+                schema.as_str().to_owned(),
+            )),
             reader: tokio::spawn(engines::reader(schema.clone(), shared.clone())),
             load: tokio::spawn(watch::load(shared.clone())),
             shared,
         }
     }
 
-    async fn stop(self, logs: &mut Logs) -> (Vec<Wait>, Vec<f64>) {
+    async fn stop(self, logs: &mut Logs) -> (Seen, Vec<f64>) {
         self.shared.stop();
         let waits = self
             .waits
@@ -268,6 +277,66 @@ async fn state(admin: &Client, schema: &SchemaName) -> String {
     }
 }
 
+/// `jobs`' row and vacuum statistics (`pg_stat_user_tables`, which lag by
+/// up to a second).
+async fn table_state(admin: &Client, schema: &SchemaName) -> String {
+    let sql = "SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, autoanalyze_count \
+               FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'";
+    match admin.query_opt(sql, &[&schema.as_str()]).await {
+        Ok(Some(r)) => format!(
+            "{} live, {} dead tuples; vacuums {}, autovacuums {}, autoanalyzes {}",
+            r.get::<_, i64>(0),
+            r.get::<_, i64>(1),
+            r.get::<_, i64>(2),
+            r.get::<_, i64>(3),
+            r.get::<_, i64>(4)
+        ),
+        Ok(None) => "no statistics".to_owned(),
+        Err(e) => format!("statistics unreadable: {e}"),
+    }
+}
+
+/// Version 1's claim on the `mail` queue under `EXPLAIN (ANALYZE, BUFFERS)`
+/// (prepared with its parameter types, run in a transaction rolled back):
+/// the shared buffers it touched, the indexes it read and the rows its
+/// filters removed, as one line.
+async fn v1_claim_work(admin: &Client, schema: &SchemaName) -> String {
+    let statements = harness::history::old_statements(1, schema);
+    let Some(claim) = statements.get("claim") else {
+        return "version 1 has no claim".to_owned();
+    };
+    let types: Vec<&str> = claim.params.iter().map(|p| p.sql_type.as_str()).collect();
+    let setup = format!(
+        "BEGIN; PREPARE v1_claim_probe({}) AS {}",
+        types.join(", "),
+        claim.sql
+    );
+    if let Err(e) = admin.batch_execute(&setup).await {
+        let _ = admin.batch_execute("ROLLBACK").await;
+        return format!("could not prepare: {e}");
+    }
+    let explain = format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE v1_claim_probe('mail', {}, 1)",
+        unix_now()
+    );
+    let result = admin.query_one(&explain, &[]).await;
+    let _ = admin
+        .batch_execute("ROLLBACK; DEALLOCATE v1_claim_probe")
+        .await;
+    match result {
+        Ok(row) => {
+            let plan: serde_json::Value = row.get(0);
+            let m = harness::explain::measure(plan[0]["Plan"].clone());
+            let time = plan[0]["Execution Time"].as_f64().unwrap_or(0.0);
+            format!(
+                "{} buffers, {:.2} ms, indexes {:?}, {} rows removed by filters",
+                m.buffers, time, m.indexes, m.rows_removed
+            )
+        }
+        Err(e) => format!("EXPLAIN failed: {e}"),
+    }
+}
+
 async fn drop_schema(admin: &Client, schema: &SchemaName) {
     let _ = admin
         .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", schema.as_str()))
@@ -280,6 +349,7 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
     let t = Instant::now();
     let seeded = seed::version_1_with_jobs(admin, &schema, scale.jobs).await;
     let seed_secs = t.elapsed().as_secs_f64();
+    let mut table = vec![("seeded", table_state(admin, &schema).await)];
     let shared = Shared::new(started, Phase::Before);
     let (mut upgrader, pid) = session("upbench-upgrade").await;
     let watchers = Watchers::start(&shared, &schema, pid);
@@ -291,6 +361,11 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
     });
     eprintln!("online: version 1's loop, before the upgrade ...");
     tokio::time::sleep(scale.phase).await;
+    table.push(("before the upgrade", table_state(admin, &schema).await));
+    table.push((
+        "version 1's claim, before the upgrade",
+        v1_claim_work(admin, &schema).await,
+    ));
 
     eprintln!("online: upgrade (expand) beneath it ...");
     let events: Events = Arc::default();
@@ -306,11 +381,20 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
     .await;
     let expand_us = (expand_start, shared.now_us());
     shared.set_phase(Phase::Expanded);
+    table.push(("after `upgrade`", table_state(admin, &schema).await));
+    table.push((
+        "version 1's claim, after `upgrade`",
+        v1_claim_work(admin, &schema).await,
+    ));
     let expand_error = expanded.as_ref().err().map(ToString::to_string);
     if let Some(e) = &expand_error {
         eprintln!("online: the upgrade failed: {e}");
     }
     tokio::time::sleep(scale.phase / 2).await;
+    table.push((
+        "version 1's claim, at the end of its run on the expanded schema",
+        v1_claim_work(admin, &schema).await,
+    ));
     old.stop();
     join_all(old_clients, &mut logs).await;
 
@@ -323,6 +407,7 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
             engines::new_client(schema.clone(), i, s)
         });
         tokio::time::sleep(scale.phase / 2).await;
+        table.push(("before `contract`", table_state(admin, &schema).await));
         shared.set_phase(Phase::Contract);
         let contract_start = shared.now_us();
         let contracted = upgrade::contract(
@@ -333,6 +418,7 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
         )
         .await;
         contract_us = (contract_start, shared.now_us());
+        table.push(("after `contract`", table_state(admin, &schema).await));
         if let Err(e) = &contracted {
             logs.failures
                 .push((Phase::Contract, format!("the contract failed: {e}")));
@@ -343,7 +429,7 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
         logs.failures
             .push((Phase::Expand, format!("the upgrade failed: {e}")));
     }
-    let (waits, load) = watchers.stop(&mut logs).await;
+    let (seen, load) = watchers.stop(&mut logs).await;
     let left = seed::ids(admin, &schema).await;
     let ledger = logs.ledger(&seeded, &left);
     let status = state(admin, &schema).await;
@@ -352,7 +438,9 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
     Part {
         name: "online",
         logs,
-        waits,
+        waits: seen.waits,
+        autovacuums: seen.autovacuums,
+        table,
         load,
         ledger,
         status,
@@ -370,6 +458,13 @@ async fn naive_part(scale: &Scale, admin: &mut Client, started: Instant) -> Part
     let t = Instant::now();
     let seeded = seed::version_1_with_jobs(admin, &schema, scale.jobs).await;
     let seed_secs = t.elapsed().as_secs_f64();
+    let mut table = vec![
+        ("seeded", table_state(admin, &schema).await),
+        (
+            "version 1's claim, before the strawman",
+            v1_claim_work(admin, &schema).await,
+        ),
+    ];
     let shared = Shared::new(started, Phase::NaiveBefore);
     let (strawman, pid) = session("upbench-naive").await;
     let watchers = Watchers::start(&shared, &schema, pid);
@@ -384,10 +479,15 @@ async fn naive_part(scale: &Scale, admin: &mut Client, started: Instant) -> Part
     shared.set_phase(Phase::Naive);
     let run = naive::run(&strawman, &schema, &shared).await;
     shared.set_phase(Phase::NaiveAfter);
+    table.push(("after the strawman", table_state(admin, &schema).await));
+    table.push((
+        "version 1's claim, after the strawman",
+        v1_claim_work(admin, &schema).await,
+    ));
     tokio::time::sleep(scale.phase / 2).await;
     old.stop();
     join_all(old_clients, &mut logs).await;
-    let (waits, load) = watchers.stop(&mut logs).await;
+    let (seen, load) = watchers.stop(&mut logs).await;
     let left = seed::ids(admin, &schema).await;
     let ledger = logs.ledger(&seeded, &left);
     let status = state(admin, &schema).await;
@@ -395,7 +495,9 @@ async fn naive_part(scale: &Scale, admin: &mut Client, started: Instant) -> Part
     Part {
         name: "naive",
         logs,
-        waits,
+        waits: seen.waits,
+        autovacuums: seen.autovacuums,
+        table,
         load,
         ledger,
         status,

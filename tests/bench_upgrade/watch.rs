@@ -23,21 +23,45 @@ pub struct Wait {
     /// Whether the upgrade's session (or the strawman's) was among the
     /// sessions blocking it (`pg_blocking_pids`) when last seen.
     pub behind_upgrade: bool,
+    /// Who blocked it when last seen: each blocking session's
+    /// `application_name` (or `backend_type`, e.g. `autovacuum worker`) and
+    /// the start of its statement.
+    pub blockers: String,
     pub phase: Phase,
     /// When it started, in microseconds since the run's start (from the
     /// first sighting less the wait seen then).
     pub start_us: u64,
 }
 
+/// A stretch of time an autovacuum worker was seen working on the schema.
+#[derive(Debug, Clone)]
+pub struct Autovacuum {
+    /// Its `query` (`autovacuum: VACUUM ANALYZE s.jobs`, ...).
+    pub query: String,
+    pub from_us: u64,
+    pub to_us: u64,
+}
+
+/// What the sampler saw.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub waits: Vec<Wait>,
+    pub autovacuums: Vec<Autovacuum>,
+}
+
 /// Samples `pg_locks` until `shared.stop`: every wait of a session whose
 /// `application_name` starts with `upbench-`, keyed by session and wait
-/// start. `upgrader` is the backend pid of the upgrading session.
-pub async fn lock_waits(shared: Shared, upgrader: i32) -> Vec<Wait> {
+/// start (`upgrader` is the backend pid of the upgrading session); and the
+/// autovacuum workers working on `schema`.
+pub async fn lock_waits(shared: Shared, upgrader: i32, schema: String) -> Seen {
     let client = harness::connect().await;
     let sql = "SELECT l.pid, (extract(epoch FROM l.waitstart) * 1000000)::int8, \
                       a.application_name, l.mode, l.locktype, \
                       (extract(epoch FROM clock_timestamp() - l.waitstart) * 1000)::float8, \
-                      $1::int4 = ANY(pg_blocking_pids(l.pid)), split_part(a.query, ' ', 1) \
+                      $1::int4 = ANY(pg_blocking_pids(l.pid)), split_part(a.query, ' ', 1), \
+                      (SELECT string_agg(coalesce(nullif(b.application_name, ''), b.backend_type) \
+                                         || ': ' || left(b.query, 40), '; ') \
+                       FROM pg_stat_activity b WHERE b.pid = ANY(pg_blocking_pids(l.pid))) \
                FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
                WHERE NOT l.granted AND l.waitstart IS NOT NULL \
                  AND a.application_name LIKE 'upbench-%'";
@@ -45,9 +69,40 @@ pub async fn lock_waits(shared: Shared, upgrader: i32) -> Vec<Wait> {
         .prepare(sql)
         .await
         .unwrap_or_else(|e| panic!("prepare the lock sampler: {}", harness::describe_error(&e)));
+    let autovacuum = client
+        .prepare(
+            "SELECT query FROM pg_stat_activity \
+             WHERE backend_type = 'autovacuum worker' AND query LIKE '%' || $1 || '%'",
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "prepare the autovacuum sampler: {}",
+                harness::describe_error(&e)
+            )
+        });
     let mut waits: HashMap<(i32, i64), Wait> = HashMap::new();
+    let mut autovacuums: Vec<Autovacuum> = Vec::new();
     while !shared.stopped() {
         let phase = shared.phase();
+        if let Ok(rows) = client.query(&autovacuum, &[&schema]).await {
+            let now = shared.now_us();
+            for row in rows {
+                let query: String = row.get(0);
+                match autovacuums
+                    .iter_mut()
+                    .rev()
+                    .find(|a| a.query == query && now.saturating_sub(a.to_us) < 200_000)
+                {
+                    Some(a) => a.to_us = now,
+                    None => autovacuums.push(Autovacuum {
+                        query,
+                        from_us: now,
+                        to_us: now,
+                    }),
+                }
+            }
+        }
         match client.query(&prepared, &[&upgrader]).await {
             Ok(rows) => {
                 for row in rows {
@@ -59,6 +114,7 @@ pub async fn lock_waits(shared: Shared, upgrader: i32) -> Vec<Wait> {
                         mode: row.get(3),
                         locktype: row.get(4),
                         query: row.get(7),
+                        blockers: row.get::<_, Option<String>>(8).unwrap_or_default(),
                         seen_ms,
                         behind_upgrade: behind,
                         phase,
@@ -66,6 +122,9 @@ pub async fn lock_waits(shared: Shared, upgrader: i32) -> Vec<Wait> {
                     });
                     if seen_ms >= entry.seen_ms {
                         entry.seen_ms = seen_ms;
+                        if let Some(b) = row.get::<_, Option<String>>(8) {
+                            entry.blockers = b;
+                        }
                     }
                     entry.behind_upgrade |= behind;
                 }
@@ -74,7 +133,10 @@ pub async fn lock_waits(shared: Shared, upgrader: i32) -> Vec<Wait> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    waits.into_values().collect()
+    Seen {
+        waits: waits.into_values().collect(),
+        autovacuums,
+    }
 }
 
 /// The 1-minute load average, every second, until `shared.stop`.
