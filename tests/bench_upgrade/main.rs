@@ -458,13 +458,7 @@ async fn naive_part(scale: &Scale, admin: &mut Client, started: Instant) -> Part
     let t = Instant::now();
     let seeded = seed::version_1_with_jobs(admin, &schema, scale.jobs).await;
     let seed_secs = t.elapsed().as_secs_f64();
-    let mut table = vec![
-        ("seeded", table_state(admin, &schema).await),
-        (
-            "version 1's claim, before the strawman",
-            v1_claim_work(admin, &schema).await,
-        ),
-    ];
+    let mut table = vec![("seeded", table_state(admin, &schema).await)];
     let shared = Shared::new(started, Phase::NaiveBefore);
     let (strawman, pid) = session("upbench-naive").await;
     let watchers = Watchers::start(&shared, &schema, pid);
@@ -475,6 +469,11 @@ async fn naive_part(scale: &Scale, admin: &mut Client, started: Instant) -> Part
     });
     eprintln!("naive: version 1's loop, before the strawman ...");
     tokio::time::sleep(scale.phase / 2).await;
+    table.push(("before the strawman", table_state(admin, &schema).await));
+    table.push((
+        "version 1's claim, before the strawman",
+        v1_claim_work(admin, &schema).await,
+    ));
     eprintln!("naive: the strawman's one transaction beneath it ...");
     shared.set_phase(Phase::Naive);
     let run = naive::run(&strawman, &schema, &shared).await;
