@@ -100,8 +100,22 @@ impl OldStatement {
         client: &C,
         values: &[(&str, &(dyn ToSql + Sync))],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let bound: Vec<&(dyn ToSql + Sync)> = self
-            .params
+        client.query(self.sql.as_str(), &self.bind(values)).await
+    }
+
+    /// The values of `values` in placeholder order, each placeholder bound
+    /// to the value named like it (a name used twice binds the same value
+    /// twice): for running the statement prepared once on a connection, as
+    /// an engine of that release would.
+    ///
+    /// # Panics
+    ///
+    /// If a placeholder's name has no value.
+    pub fn bind<'a>(
+        &self,
+        values: &[(&str, &'a (dyn ToSql + Sync))],
+    ) -> Vec<&'a (dyn ToSql + Sync)> {
+        self.params
             .iter()
             .map(|p| {
                 values
@@ -110,8 +124,7 @@ impl OldStatement {
                     .map(|(_, value)| *value)
                     .unwrap_or_else(|| panic!("{}: no value for ${}", self.name, p.name))
             })
-            .collect();
-        client.query(self.sql.as_str(), &bound).await
+            .collect()
     }
 }
 
