@@ -194,7 +194,7 @@ async fn the_claim_path_is_one_round_trip_without_a_transaction() {
     for _ in 0..500 {
         let rows = harness::rows(
             &admin,
-            &format!("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = {pid}"),
+            &format!("SELECT COALESCE(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = {pid}"),
         )
         .await;
         waiting = rows.first().is_some_and(|row| row.get::<_, bool>(0));
