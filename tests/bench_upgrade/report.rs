@@ -148,7 +148,9 @@ pub fn steps(events: &[(u64, Progress)]) -> Vec<StepRow> {
                     last.rows += rows;
                 }
             }
-            Progress::Recorded { .. } => {}
+            // Waits that queue no one, the vacuum after a backfill, and
+            // events added later: part of the step's elapsed time.
+            _ => {}
         }
     }
     out

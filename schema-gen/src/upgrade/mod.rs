@@ -129,6 +129,7 @@ impl UpgradeOptions {
 /// What an upgrade reports while it runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Progress {
     /// A step starts (`index` counts from 1 within its version and phase).
     StepStarted {
