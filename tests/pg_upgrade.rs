@@ -666,6 +666,181 @@ async fn a_blocked_step_retries_then_gives_up_naming_the_holder() {
     assert_eq!(outcome.after.expanded, MODEL_VERSION);
 }
 
+/// A session holding a lock stronger than the engine's on `jobs` (what an
+/// autovacuum takes, held here by `LOCK TABLE`): the step waits for it
+/// without asking for its own lock, so it queues no one (a plain read with
+/// a short `statement_timeout` still runs), gives up no attempt, and goes
+/// on once the holder ends.
+#[tokio::test]
+async fn a_step_waits_without_queueing_while_another_session_holds_a_stronger_lock() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = harness::unique_schema_name("up_waits");
+    create_version(&client, &schema, 1).await;
+    fill(&client, &schema, 1).await;
+    let jobs = format!("\"{}\".jobs", schema.as_str());
+    let blocker = harness::connect().await;
+    let blocker_pid: i32 = blocker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    exec(
+        &blocker,
+        &format!("BEGIN; LOCK TABLE {jobs} IN SHARE UPDATE EXCLUSIVE MODE"),
+    )
+    .await;
+
+    let options = UpgradeOptions {
+        lock_timeout: Duration::from_millis(100),
+        lock_attempts: 2,
+        ..UpgradeOptions::default()
+    };
+    let mut upgrader = harness::connect().await;
+    let upgrader_pid: i32 = upgrader
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let recorder = Recorder::default();
+    let mut progress = recorder.callback();
+    let task_schema = schema.clone();
+    let upgrade_task = tokio::spawn(async move {
+        upgrade::upgrade(&mut upgrader, &task_schema, &options, &mut progress).await
+    });
+
+    let waited_for = |events: &[Progress]| {
+        events.iter().find_map(|e| match e {
+            Progress::WaitingFor {
+                step, pid, mode, ..
+            } if step.table == "jobs" => Some((*pid, mode.clone())),
+            _ => None,
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (pid, mode) = loop {
+        if let Some(found) = waited_for(&recorder.events()) {
+            break found;
+        }
+        assert!(
+            !upgrade_task.is_finished(),
+            "the upgrade ended without waiting: {:?}",
+            recorder.events()
+        );
+        assert!(std::time::Instant::now() < deadline, "no WaitingFor event");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (pid, mode.as_str()),
+        (blocker_pid, "ShareUpdateExclusiveLock")
+    );
+
+    // Several lock bounds later: still waiting, no attempt made or given
+    // up, no lock request of the upgrader's in the queue, and a plain read
+    // (which would queue behind a waiting ACCESS EXCLUSIVE) runs.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!upgrade_task.is_finished(), "{:?}", recorder.events());
+    let queued: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted",
+            &[&upgrader_pid],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, 0, "the upgrader queued a lock request");
+    let reader = harness::connect().await;
+    exec(&reader, "SET statement_timeout = '2s'").await;
+    reader
+        .query_one(&format!("SELECT count(*) FROM {jobs}"), &[])
+        .await
+        .unwrap_or_else(|e| panic!("a plain read queued behind the upgrade: {e}"));
+    assert!(
+        !recorder
+            .events()
+            .iter()
+            .any(|e| matches!(e, Progress::LockRetry { .. })),
+        "{:?}",
+        recorder.events()
+    );
+
+    exec(&blocker, "COMMIT").await;
+    let outcome = upgrade_task
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.after.expanded, MODEL_VERSION);
+
+    // The backfill changed rows (the fill's due jobs became ready), so the
+    // table was vacuumed after it, by the upgrade itself (not autovacuum).
+    assert!(
+        recorder
+            .events()
+            .iter()
+            .any(|e| matches!(e, Progress::Vacuumed { step } if step.table == "jobs")),
+        "{:?}",
+        recorder.events()
+    );
+    let vacuums: i64 = client
+        .query_one(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'",
+            &[&schema.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(vacuums >= 1, "jobs was not vacuumed after the backfill");
+}
+
+/// The wait for a stronger lock's holder is bounded: at the bound the
+/// upgrade gives up naming the session and the lock, changing nothing of
+/// the step.
+#[tokio::test]
+async fn the_wait_for_a_stronger_lock_gives_up_at_its_bound_naming_the_holder() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = harness::unique_schema_name("up_wait_bound");
+    create_version(&client, &schema, 1).await;
+    fill(&client, &schema, 1).await;
+    let before = dump_rows(&client, &schema).await["jobs"].clone();
+    let blocker = harness::connect().await;
+    let pid: i32 = blocker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    exec(
+        &blocker,
+        &format!(
+            "BEGIN; LOCK TABLE \"{}\".jobs IN SHARE UPDATE EXCLUSIVE MODE",
+            schema.as_str()
+        ),
+    )
+    .await;
+    let options = UpgradeOptions {
+        wait_timeout: Duration::from_millis(300),
+        ..UpgradeOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let err = run_upgrade(&schema, &options).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let words = err.to_string();
+    assert!(words.contains(&format!("session {pid}")), "{words}");
+    assert!(words.contains("ShareUpdateExclusiveLock"), "{words}");
+    exec(&blocker, "ROLLBACK").await;
+    let found = status(&client, &schema).await;
+    assert_eq!(found.state, VersionState::Upgrading, "{}", found.message);
+    assert_eq!(dump_rows(&client, &schema).await["jobs"], before);
+}
+
 /// The upgrade's connection is killed while an index builds `CONCURRENTLY`
 /// (it waits for an open write transaction, leaving an invalid index), and
 /// again in the middle of a backfill: each time the next run completes the
