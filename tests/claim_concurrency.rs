@@ -253,12 +253,65 @@ const BATCH: u32 = 3;
 /// Exactly what the workers take: each round, each takes one batch.
 const JOBS: usize = WORKERS * ROUNDS * BATCH as usize;
 
-/// Runs `step` on `WORKERS` sessions (each with [`NEVER_WAIT`]) in
-/// `ROUNDS` rounds. In each round every session opens a transaction, runs
-/// `step`, and keeps its transaction open until every session has run its
-/// step of the round; then it commits. So every step runs while the other
-/// sessions' steps of the round hold their rows, whatever the scheduling.
-/// Returns what each step returned, per session and round.
+/// The sessions of [`in_overlapping_rounds`] wait for nothing that lasts:
+/// any lock they wait for is held until a round commits, after the waiter's
+/// own step, so a wait there lasts until `lock_timeout`. The monitor beside
+/// them tells a row lock (the promise broken) from anything else.
+const OVERLAP_BACKSTOP: &str = "SET lock_timeout = '60s'";
+
+/// Watches the `pids`' lock waits in `pg_locks` until `stop` is set. A
+/// wait for a row (`transactionid` or `tuple`: another session's row lock)
+/// is the broken promise: it is recorded, and the waiter cancelled so the
+/// test fails at once instead of at the backstop. Any other wait (a
+/// relation extension lock while two sessions add pages) is printed and
+/// allowed: it ends when the page is added.
+async fn watch_lock_waits(pids: Vec<i32>, stop: Arc<std::sync::atomic::AtomicBool>) -> Vec<String> {
+    let monitor = harness::connect().await;
+    let mut row_waits = Vec::new();
+    let mut seen = BTreeSet::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let waits = monitor
+            .query(
+                "SELECT l.pid, l.locktype, l.mode, COALESCE(l.relation::regclass::text, ''), \
+                        pg_blocking_pids(l.pid)::text \
+                 FROM pg_locks l WHERE NOT l.granted AND l.pid = ANY($1)",
+                &[&pids],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("reading pg_locks: {}", describe_error(&e)));
+        for wait in waits {
+            let (pid, locktype, mode, relation, blockers): (i32, String, String, String, String) = (
+                wait.get(0),
+                wait.get(1),
+                wait.get(2),
+                wait.get(3),
+                wait.get(4),
+            );
+            let words = format!(
+                "session {pid} waited for {mode} on {locktype} {relation} (blocked by {blockers})"
+            );
+            if seen.insert(words.clone()) {
+                eprintln!("{words}");
+            }
+            if locktype == "transactionid" || locktype == "tuple" {
+                row_waits.push(words);
+                let _ = monitor
+                    .execute("SELECT pg_cancel_backend($1)", &[&pid])
+                    .await;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    row_waits
+}
+
+/// Runs `step` on `WORKERS` sessions in `ROUNDS` rounds. In each round
+/// every session opens a transaction, runs `step`, and keeps its
+/// transaction open until every session has run its step of the round;
+/// then it commits. So every step runs while the other sessions' steps of
+/// the round hold their rows, whatever the scheduling. No step may wait for
+/// a row lock ([`watch_lock_waits`]). Returns what each step returned, per
+/// session and round.
 async fn in_overlapping_rounds<T, F, Fut>(step: F) -> Vec<Vec<T>>
 where
     T: Send + 'static,
@@ -274,9 +327,22 @@ where
     }
     let barrier = Arc::new(Barrier::new(WORKERS));
     let mut tasks = tokio::task::JoinSet::new();
-    for worker in 0..WORKERS {
-        let client = Arc::new(harness::connect().await);
-        exec(&client, NEVER_WAIT).await;
+    let mut clients = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..WORKERS {
+        let client = harness::connect().await;
+        exec(&client, OVERLAP_BACKSTOP).await;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{}", describe_error(&e)))
+            .get(0);
+        pids.push(pid);
+        clients.push(Arc::new(client));
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = tokio::spawn(watch_lock_waits(pids, Arc::clone(&stop)));
+    for (worker, client) in clients.into_iter().enumerate() {
         let steps: Vec<Fut> = (0..ROUNDS)
             .map(|_| step(worker, Arc::clone(&client)))
             .collect();
@@ -293,6 +359,11 @@ where
         });
     }
     let mut out: Vec<Option<Vec<T>>> = (0..WORKERS).map(|_| None).collect();
+    let row_waits = |monitor: tokio::task::JoinHandle<Vec<String>>| async move {
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        monitor.await.unwrap_or_default()
+    };
+    let mut failure = None;
     while let Some(done) = tasks.join_next().await {
         match done {
             Ok((worker, got)) => out[worker] = Some(got),
@@ -300,10 +371,19 @@ where
             // the barrier) and fails the test with its own panic.
             Err(e) if e.is_panic() => {
                 tasks.abort_all();
-                std::panic::resume_unwind(e.into_panic());
+                failure = Some(e.into_panic());
+                break;
             }
             Err(e) => panic!("a worker failed: {e}"),
         }
+    }
+    let waits = row_waits(monitor).await;
+    assert!(
+        waits.is_empty(),
+        "a step waited for another session's row lock instead of skipping it: {waits:?}"
+    );
+    if let Some(panic) = failure {
+        std::panic::resume_unwind(panic);
     }
     out.into_iter().flatten().collect()
 }
