@@ -70,6 +70,7 @@ pub mod dead_jobs;
 pub mod description;
 pub mod history;
 pub mod jobs;
+pub mod layout;
 pub mod locks;
 pub mod name;
 pub mod schedules;
@@ -90,6 +91,7 @@ pub use description::{
     ColumnDescription, ConstraintDescription, IndexDescription, TableDescription,
 };
 pub use jobs::{Job, Jobs, QueueOpts};
+pub use layout::{Layout, TableDistribution};
 pub use locks::{Lock, Locks};
 pub use name::{NameDialect, NameError, NameRule};
 pub use schedules::{Schedule, ScheduleOpts, Schedules};
