@@ -18,7 +18,7 @@ use sea_query_postgres::PostgresValues;
 use super::row::{get, get_computed};
 use super::{
     Call, Decode, FromRow, One, Optional, RowError, Rows, RowsAffected, Statement, any_of, build,
-    table, values,
+    cast, table, values,
 };
 
 /// The columns of [`StreamEvent`]: every column but `tx_id`, the
@@ -227,7 +227,7 @@ pub fn read_in_commit_order(
 ///         r#""stream_events"."payload", "stream_events"."created_at" "#,
 ///         r#"FROM unnest(ARRAY (SELECT "id" FROM "alkstore"."stream_events" WHERE "stream" = $1 "#,
 ///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $2) "#,
-///         r#"AND "tx_id" < CAST(CAST($3 AS text) AS xid8) "#,
+///         r#"AND "tx_id" < CAST(CAST(CAST($3 AS bigint) AS text) AS xid8) "#,
 ///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $4)) AS "picked" "#,
 ///         r#"INNER JOIN "alkstore"."stream_events" ON "stream_events"."id" = "picked""#,
 ///     )
@@ -306,10 +306,14 @@ fn commit_order_read(
         ]);
         let below = match horizon {
             None => Expr::cust("pg_snapshot_xmin(pg_current_snapshot())"),
-            Some(horizon) => b
-                .bind(HORIZON, SqlType::BigInt, horizon.into())
-                .cast_as(Alias::new("text"))
-                .cast_as(Alias::new("xid8")),
+            // bigint first, so the server never infers the placeholder
+            // as text; xid8 has no cast from bigint but its text form.
+            Some(horizon) => cast(
+                b.bind(HORIZON, SqlType::BigInt, horizon.into()),
+                SqlType::BigInt,
+            )
+            .cast_as(Alias::new("text"))
+            .cast_as(Alias::new("xid8")),
         };
         let mut next = Query::select();
         next.column(StreamEvents::Id)
