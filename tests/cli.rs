@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use harness::cli::{assert_usage_error, run};
-use schema_gen::render::script;
-use schema_model::SchemaName;
+use schema_gen::render::{script, script_for};
+use schema_model::{Layout, SchemaName};
 
 #[test]
 fn sql_prints_the_script_of_the_one_rendering_function() {
@@ -22,6 +22,35 @@ fn sql_prints_the_script_of_the_one_rendering_function() {
             .contains("CREATE TABLE IF NOT EXISTS \"tenant_a\".\"jobs\" (\n")
     );
     assert!(out.stdout.trim_end().ends_with("COMMIT;"));
+}
+
+#[test]
+fn sql_layout_citus_prints_the_script_with_the_distribution() {
+    let out = run(&["sql", "--layout", "citus", "--schema", "tenant_a"]);
+    assert_eq!(out.code, ExitCode::SUCCESS, "{}", out.stderr);
+    let tenant = SchemaName::new("tenant_a").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.stdout, script_for(&tenant, Layout::CitusSchemaSharding));
+    assert!(
+        out.stdout
+            .contains("SELECT citus_schema_distribute('\"tenant_a\"');\n"),
+        "{}",
+        out.stdout
+    );
+    let single = run(&["sql", "--layout", "single-server", "--schema", "tenant_a"]);
+    assert_eq!(single.stdout, script(&tenant));
+    // The layout places the PostgreSQL family: refused where it means nothing.
+    assert_usage_error(
+        &["sql", "--dialect", "clickhouse", "--layout", "citus"],
+        "the clickhouse dialect has none",
+    );
+    assert_usage_error(
+        &["describe", "--layout", "citus"],
+        "--layout is for sql, apply and check",
+    );
+    assert_usage_error(
+        &["sql", "--layout", "citus-rows"],
+        "invalid value 'citus-rows' for '--layout <LAYOUT>'",
+    );
 }
 
 #[test]
