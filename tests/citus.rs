@@ -14,7 +14,8 @@ use harness::engine::{engine_schema, run, until_horizon_passes};
 use harness::{describe_error, exec, rows};
 use schema_gen::render::quote_literal;
 use schema_gen::statements::{
-    FromRow, Session, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams,
+    FromRow, Session, Statement, all_for, consumed_events, dead_jobs, jobs, locks, schedules,
+    streams,
 };
 use schema_gen::{ErrorKind, Options, bootstrap_with};
 use schema_model::{
@@ -566,6 +567,16 @@ async fn every_hot_path_is_one_task_on_the_schemas_node() {
             "{} must be one task:\n{plan}",
             statement.name()
         );
+    }
+    // And every statement the engine runs on this layout, as `schema-gen
+    // statements --layout citus` lists it: none is left out.
+    for statement in all_for(&schema, Layout::CitusSchemaSharding) {
+        let (counts, plan) = task_counts(&client, &statement).await;
+        match statement.name() {
+            "enqueue_many" => assert!(counts.is_empty(), "{plan}"),
+            "commit_horizon" => assert!(counts.is_empty(), "{plan}"),
+            name => assert_eq!(counts, [1], "{name} must be one task:\n{plan}"),
+        }
     }
 }
 

@@ -336,3 +336,37 @@ fn statements_prints_every_hot_path_statement_in_both_formats() {
     );
     assert_usage_error(&["statements", "--format", "yaml"], "invalid value 'yaml'");
 }
+
+#[test]
+fn statements_layout_citus_lists_the_citus_forms() {
+    let out = run(&["statements", "--layout", "citus", "--format", "json"]);
+    assert_eq!(out.code, ExitCode::SUCCESS, "{}", out.stderr);
+    let parsed: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<String> = parsed["statements"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no statements array"))
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let library: Vec<String> =
+        schema_gen::statements::all_for(&SchemaName::default(), Layout::CitusSchemaSharding)
+            .iter()
+            .map(|s| s.name().to_owned())
+            .collect();
+    assert_eq!(names, library);
+    for name in ["lock_clear_lapsed", "lock_acquire_free", "commit_horizon"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n == "lock_acquire"), "{names:?}");
+    // The default listing is the single server's, unchanged.
+    let default = run(&["statements", "--format", "json"]);
+    let single = run(&[
+        "statements",
+        "--layout",
+        "single-server",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(default.stdout, single.stdout);
+}
