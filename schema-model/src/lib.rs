@@ -31,6 +31,14 @@
 //! with the shape the recorded version says it has: a database is exactly
 //! a known version (or a known step of an upgrade), or loudly not.
 //!
+//! # Layouts
+//!
+//! Where the family lives is one family-wide choice, [`Layout`]: a single
+//! server (the default), or a Citus cluster by schema-based sharding (the
+//! engine schema a distributed schema, every table a single-shard table on
+//! one node). The tables are the same under both; `schema-gen` renders the
+//! Citus calls after the DDL ([`layout`] shows them).
+//!
 //! # The families
 //!
 //! The PostgreSQL engine family, one engine-owned schema ([`SchemaName`]):
