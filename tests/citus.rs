@@ -876,3 +876,123 @@ async fn fences_only_grow_per_name_and_the_single_server_acquire_is_refused() {
     // (which starts at 2^48 + 1).
     assert!(third.fence < 1 << 48, "{third:?}");
 }
+
+/// What Citus sends to the worker for each statement, seen through
+/// `citus.log_remote_commands`: the row-moving statements (a CTE over two
+/// shards of the schema's node) are committed in two phases, every other
+/// write in one. A two-phase commit ends on the worker after the
+/// coordinator's own commit, which is why the README keeps appends out of
+/// such transactions (the gap-free reader's horizon could pass first).
+#[tokio::test]
+async fn the_row_moving_statements_commit_in_two_phases_and_an_append_in_one() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (setup, schema) = citus_schema("citus_2pc").await;
+    run(&setup, &jobs::enqueue(&schema, &job("mail"), NOW)).await;
+    let claimed = Job::from_row(&run(&setup, &jobs::claim(&schema, "mail", "w", NOW, 1)).await[0])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (client, notices) =
+        harness::pg::connect_url_with_notices(&cluster().coordinator_url()).await;
+    exec(&client, "SET citus.log_remote_commands = on").await;
+    let two_phase = async |statement: &Statement| -> bool {
+        notices.take();
+        count(&client, statement).await;
+        let sent: Vec<String> = notices
+            .take()
+            .into_iter()
+            .map(|n| n.message().to_owned())
+            .collect();
+        assert!(
+            sent.iter().any(|m| m.starts_with("issuing ")),
+            "{}: nothing logged, the test proves nothing: {sent:?}",
+            statement.name()
+        );
+        sent.iter().any(|m| m.contains("PREPARE TRANSACTION"))
+    };
+    for statement in [
+        jobs::kill(&schema, claimed.id, "w", claimed.attempts, Some("e"), NOW),
+        jobs::reap_exhausted(&schema, NOW, 10),
+        jobs::expire(&schema, NOW, 10),
+    ] {
+        assert!(
+            two_phase(&statement).await,
+            "{} in one phase",
+            statement.name()
+        );
+    }
+    for statement in [
+        streams::append(&schema, &event("s", "k")),
+        jobs::enqueue(&schema, &job("mail"), NOW),
+        jobs::claim(&schema, "mail", "w", NOW, 1),
+        locks::acquire_free(&schema, "l", "o", NOW + 10),
+        jobs::reap(&schema, NOW, 10),
+    ] {
+        assert!(
+            !two_phase(&statement).await,
+            "{} in two phases",
+            statement.name()
+        );
+    }
+}
+
+/// The printed Citus script runs once: on a schema it already distributed,
+/// its version record runs on a distributed table, which Citus 13.2.2
+/// deparses wrongly; the transaction fails and changes nothing (as the
+/// README and `render::script_for` say). The first run is what `psql`
+/// users get: the family, distributed.
+#[test]
+fn the_printed_citus_script_creates_the_family_once_and_a_rerun_changes_nothing() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let url = cluster().coordinator_url();
+    let schema = harness::unique_schema_name("citus_script");
+    let script = schema_gen::render::script_for(&schema, Layout::CitusSchemaSharding);
+    let first = harness::pg::psql_script(&url, &script);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let name = schema.to_string();
+    let check = harness::cli::run(&[
+        "check",
+        "--layout",
+        "citus",
+        "--database-url",
+        url.as_str(),
+        "--schema",
+        name.as_str(),
+    ]);
+    assert_eq!(
+        check.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
+    let again = harness::pg::psql_script(&url, &script);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "the re-run succeeded: {stderr}");
+    assert!(
+        stderr.contains("syntax error at or near \"NOT\""),
+        "{stderr}"
+    );
+    let check = harness::cli::run(&[
+        "check",
+        "--layout",
+        "citus",
+        "--database-url",
+        url.as_str(),
+        "--schema",
+        name.as_str(),
+    ]);
+    assert_eq!(
+        check.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
+}
