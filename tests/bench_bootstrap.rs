@@ -211,6 +211,7 @@ async fn under_load(client: &mut Client, schema: &SchemaName) {
         .unwrap_or_else(|e| panic!("{e}"));
     let bound = schema_gen::Options {
         lock_timeout: Duration::from_millis(300),
+        ..schema_gen::Options::default()
     };
     let started = Instant::now();
     let blocked = schema_gen::bootstrap_with(client, schema, &bound).await;

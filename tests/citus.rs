@@ -1,14 +1,28 @@
 //! The engine family on a real Citus cluster (a coordinator and two workers
 //! started by `harness::citus`): smoke tests of the cluster itself and of a
-//! model table distributed on it.
+//! model table distributed on it, then the family under
+//! `Layout::CitusSchemaSharding`: created distributed by `apply`, checked,
+//! a wrongly distributed family caught, every hot path one task, the
+//! maintenance statements at work, commit-order reads and fences that hold,
+//! and the nodes the layout refuses.
 
 use std::path::Path;
+use std::process::ExitCode;
 
 use harness::citus::{CITUS_VERSION, citus_installed, cluster, expected_version, task_counts};
-use harness::engine::engine_schema;
-use harness::{describe_error, rows};
+use harness::engine::{engine_schema, run, until_horizon_passes};
+use harness::{describe_error, exec, rows};
 use schema_gen::render::quote_literal;
-use schema_gen::statements::locks;
+use schema_gen::statements::{
+    FromRow, Session, Statement, all_for, consumed_events, dead_jobs, jobs, locks, schedules,
+    streams,
+};
+use schema_gen::{ErrorKind, Options, bootstrap_with};
+use schema_model::{
+    ConsumedEvent, ConsumerOffset, Job, Layout, Lock, QueueOpts, Schedule, ScheduleOpts,
+    SchemaName, StreamEvent,
+};
+use tokio_postgres::Client;
 
 #[tokio::test]
 async fn the_cluster_is_a_coordinator_and_two_active_workers() {
@@ -128,4 +142,857 @@ fn another_citus_version_is_refused_with_the_install_step() {
     // A version that merely starts with the expected digits is not it either.
     assert!(expected_version("Citus 13.2.20 on x86_64").is_err());
     assert!(expected_version(&format!("Citus {CITUS_VERSION} on x86_64")).is_ok());
+}
+
+// ---------------------------------------------------------------------------
+// The family under Layout::CitusSchemaSharding
+
+const NOW: i64 = 1_700_000_000;
+
+fn citus_options() -> Options {
+    Options {
+        layout: Layout::CitusSchemaSharding,
+        ..Options::default()
+    }
+}
+
+/// A fresh engine schema created by the library's bootstrap under the Citus
+/// layout, on the coordinator.
+async fn citus_schema(prefix: &str) -> (Client, SchemaName) {
+    let mut client = cluster().connect_coordinator().await;
+    let schema = harness::unique_schema_name(prefix);
+    bootstrap_with(&mut client, &schema, &citus_options())
+        .await
+        .unwrap_or_else(|e| panic!("bootstrap of {schema} under the citus layout: {e}"));
+    (client, schema)
+}
+
+/// The port of the worker that holds the shards of `schema`, and its index.
+async fn shard_worker(client: &Client, schema: &SchemaName) -> usize {
+    let found = rows(
+        client,
+        &format!(
+            "SELECT DISTINCT n.nodeport FROM pg_dist_shard s \
+             JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid) \
+             WHERE s.logicalrelid::text LIKE {}",
+            quote_literal(&format!("{schema}.%"))
+        ),
+    )
+    .await;
+    assert_eq!(found.len(), 1, "{schema}'s shards are on one node");
+    let port: i32 = found[0].get(0);
+    cluster()
+        .workers
+        .iter()
+        .position(|w| i32::from(*w) == port)
+        .unwrap_or_else(|| panic!("{schema}'s shards are on port {port}, not on a worker"))
+}
+
+fn job(queue: &str) -> Job {
+    Job {
+        queue: queue.into(),
+        payload: b"p".to_vec(),
+        priority: 0,
+        run_at: NOW - 10,
+        expires_at: None,
+        enqueued_at: NOW - 20,
+        opts: QueueOpts {
+            visibility_timeout_s: 30,
+            max_attempts: 3,
+            backoff_base_s: 1,
+            dead_letter_retention_s: 60,
+        },
+        ..Job::default()
+    }
+}
+
+fn event(stream: &str, key: &str) -> StreamEvent {
+    StreamEvent {
+        stream: stream.into(),
+        key: Some(key.into()),
+        payload: key.as_bytes().to_vec(),
+        created_at: NOW,
+        ..StreamEvent::default()
+    }
+}
+
+async fn count(client: &Client, statement: &Statement) -> u64 {
+    client
+        .execute(statement.sql(), &statement.args())
+        .await
+        .unwrap_or_else(|e| panic!("{}: {}", statement.name(), describe_error(&e)))
+}
+
+#[test]
+fn apply_creates_the_family_distributed_and_check_passes() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let url = cluster().coordinator_url();
+    let schema = harness::unique_schema("citus_apply");
+    let args = |command: &'static str| {
+        vec![
+            command,
+            "--layout",
+            "citus",
+            "--database-url",
+            url.as_str(),
+            "--schema",
+            schema.as_str(),
+        ]
+    };
+    let applied = harness::cli::run(&args("apply"));
+    assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
+    assert!(
+        applied
+            .stdout
+            .starts_with(&format!("created schema {schema}")),
+        "{}",
+        applied.stdout
+    );
+    let checked = harness::cli::run(&args("check"));
+    assert_eq!(
+        checked.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
+    assert!(
+        checked.stdout.contains("matches the model"),
+        "{}",
+        checked.stdout
+    );
+    let again = harness::cli::run(&args("apply"));
+    assert_eq!(again.code, ExitCode::SUCCESS, "{}", again.stderr);
+    assert!(again.stdout.contains("already current"), "{}", again.stdout);
+
+    // What Citus says: one distributed schema, every table a single-shard
+    // table of its colocation group, the version row on the shard only.
+    harness::cli::runtime().block_on(async {
+        let client = cluster().connect_coordinator().await;
+        let placed = rows(
+            &client,
+            &format!(
+                "SELECT p.logicalrelid::text, p.partmethod::text, p.repmodel::text, \
+                        p.colocationid = ds.colocationid \
+                 FROM pg_dist_schema ds JOIN pg_class c ON c.relnamespace = ds.schemaid \
+                 JOIN pg_dist_partition p ON p.logicalrelid = c.oid \
+                 WHERE ds.schemaid = {}::regnamespace ORDER BY 1",
+                quote_literal(&schema)
+            ),
+        )
+        .await;
+        let tables: Vec<String> = placed.iter().map(|r| r.get(0)).collect();
+        assert_eq!(tables.len(), 8, "{tables:?}");
+        for row in &placed {
+            let table: String = row.get(0);
+            assert_eq!(row.get::<_, String>(1), "n", "{table}");
+            assert_eq!(row.get::<_, String>(2), "s", "{table}");
+            assert!(row.get::<_, bool>(3), "{table} is in the schema's group");
+        }
+        let versions = rows(
+            &client,
+            &format!("SELECT version FROM \"{schema}\".schema_versions"),
+        )
+        .await;
+        assert_eq!(versions.len(), 1);
+        // The coordinator's local copy was truncated: nothing left on disk
+        // (Citus reads the shard; the local heap is what the truncate emptied).
+        let local = rows(
+            &client,
+            &format!(
+                "SELECT pg_relation_size({})",
+                quote_literal(&format!("{schema}.schema_versions"))
+            ),
+        )
+        .await;
+        assert_eq!(local[0].get::<_, i64>(0), 0, "local data left behind");
+    });
+}
+
+#[test]
+fn check_catches_a_wrongly_distributed_family_and_apply_refuses_it() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let url = cluster().coordinator_url();
+    let rt = harness::cli::runtime();
+    // The single-server DDL on the coordinator: plain tables, then two
+    // distributed by hand the way the layout does not.
+    let schema = rt.block_on(async {
+        let client = cluster().connect_coordinator().await;
+        let schema = engine_schema(&client, "citus_wrong").await;
+        exec(
+            &client,
+            &format!(
+                "SELECT create_distributed_table('\"{schema}\".locks', 'name', colocate_with => 'none'); \
+                 SELECT create_reference_table('\"{schema}\".schedules')"
+            ),
+        )
+        .await;
+        schema
+    });
+    let name = schema.to_string();
+    let args = |command: &'static str| {
+        vec![
+            command,
+            "--layout",
+            "citus",
+            "--database-url",
+            url.as_str(),
+            "--schema",
+            name.as_str(),
+        ]
+    };
+    let checked = harness::cli::run(&args("check"));
+    assert_eq!(
+        checked.code,
+        ExitCode::from(1),
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
+    for expected in [
+        format!("schema {schema} is not a distributed schema, layout citus says it is one"),
+        "locks is a hash-distributed table on column name".to_owned(),
+        "schedules is a reference table".to_owned(),
+        "jobs is a local table (not distributed)".to_owned(),
+    ] {
+        assert!(
+            checked.stdout.contains(&expected),
+            "no `{expected}` in:\n{}",
+            checked.stdout
+        );
+    }
+    // The same database under the single-server layout: the shapes match,
+    // Citus catalogs are not read.
+    let single = harness::cli::run(&[
+        "check",
+        "--database-url",
+        url.as_str(),
+        "--schema",
+        name.as_str(),
+    ]);
+    assert_eq!(
+        single.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        single.stdout,
+        single.stderr
+    );
+
+    // apply refuses it as drift and changes nothing.
+    let applied = harness::cli::run(&args("apply"));
+    assert_eq!(
+        applied.code,
+        ExitCode::from(1),
+        "{}{}",
+        applied.stdout,
+        applied.stderr
+    );
+    assert!(
+        applied.stderr.contains("apply refused and changed nothing"),
+        "{}",
+        applied.stderr
+    );
+    rt.block_on(async {
+        let client = cluster().connect_coordinator().await;
+        let distributed = rows(
+            &client,
+            &format!(
+                "SELECT count(*) FROM pg_dist_schema WHERE schemaid = '\"{schema}\"'::regnamespace"
+            ),
+        )
+        .await;
+        assert_eq!(
+            distributed[0].get::<_, i64>(0),
+            0,
+            "apply distributed the schema"
+        );
+    });
+}
+
+#[tokio::test]
+async fn a_worker_and_a_server_without_citus_are_refused_and_nothing_changes() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let schema = harness::unique_schema_name("citus_refused");
+    // A worker: the engine connected to it is refused at open (bootstrap).
+    let mut worker = cluster().connect_worker(0).await;
+    let err = bootstrap_with(&mut worker, &schema, &citus_options())
+        .await
+        .expect_err("a worker is refused");
+    assert!(matches!(err.kind(), ErrorKind::Layout { .. }), "{err}");
+    assert!(
+        err.to_string().contains("is a worker, not the coordinator"),
+        "{err}"
+    );
+    let verify = schema_gen::verify_with(&worker, &schema, &citus_options()).await;
+    assert!(matches!(
+        verify.map_err(|e| e.into_kind()),
+        Err(ErrorKind::Layout { .. })
+    ));
+    // A plain PostgreSQL server (the suite's single server).
+    let mut plain = harness::connect().await;
+    let err = bootstrap_with(&mut plain, &schema, &citus_options())
+        .await
+        .expect_err("a server without citus is refused");
+    assert!(
+        err.to_string().contains("has no `citus` extension"),
+        "{err}"
+    );
+    for client in [&worker, &plain] {
+        let found = rows(
+            client,
+            &format!(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = {}",
+                quote_literal(schema.as_str())
+            ),
+        )
+        .await;
+        assert_eq!(
+            found[0].get::<_, i64>(0),
+            0,
+            "the refused bootstrap created the schema"
+        );
+    }
+    // The single-server layout on the plain server still works.
+    bootstrap_with(&mut plain, &schema, &Options::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every hot-path statement for the Citus layout, with values that find
+/// rows.
+fn hot_paths(schema: &SchemaName, claimed: &Job) -> Vec<Statement> {
+    let worker = claimed.worker_id.as_deref().unwrap_or("w");
+    vec![
+        jobs::enqueue(schema, &job("mail"), NOW),
+        jobs::promote(schema, "mail", NOW, 10),
+        jobs::claim(schema, "mail", "w", NOW, 10),
+        jobs::ack(schema, claimed.id, worker, claimed.attempts),
+        jobs::ack_many(schema, worker, &[(claimed.id, claimed.attempts)]),
+        jobs::retry(
+            schema,
+            claimed.id,
+            worker,
+            claimed.attempts,
+            NOW + 5,
+            Some("e"),
+            NOW,
+        ),
+        jobs::kill(schema, claimed.id, worker, claimed.attempts, Some("e"), NOW),
+        streams::append(schema, &event("s", "k")),
+        streams::read(schema, "s", 0, 10),
+        streams::read_in_commit_order_below(schema, "s", 0, 10, 1_000_000),
+        streams::checkpoint(
+            schema,
+            &ConsumerOffset {
+                stream: "s".into(),
+                consumer: "c".into(),
+                offset: 1,
+            },
+        ),
+        streams::read_checkpoint(schema, "s", "c"),
+        consumed_events::claim(
+            schema,
+            &ConsumedEvent {
+                consumer: "c".into(),
+                event_id: "e1".into(),
+                consumed_at: NOW,
+            },
+        ),
+        locks::clear_lapsed(schema, "ticker", NOW),
+        locks::acquire_free(schema, "ticker", "node-a", NOW + 30),
+        locks::renew(schema, "ticker", "node-a", 1, NOW + 60, NOW),
+        locks::release(schema, "ticker", "node-a", 1),
+    ]
+}
+
+#[tokio::test]
+async fn every_hot_path_is_one_task_on_the_schemas_node() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = citus_schema("citus_routes").await;
+    run(&client, &jobs::enqueue(&schema, &job("mail"), NOW)).await;
+    let claimed = Job::from_row(&run(&client, &jobs::claim(&schema, "mail", "w", NOW, 1)).await[0])
+        .unwrap_or_else(|e| panic!("{e}"));
+    run(&client, &streams::append(&schema, &event("s", "k"))).await;
+    for statement in hot_paths(&schema, &claimed) {
+        let (counts, plan) = task_counts(&client, &statement).await;
+        assert_eq!(
+            counts,
+            [1],
+            "{} must be one task:\n{plan}",
+            statement.name()
+        );
+        assert!(
+            plan.contains("Custom Scan (Citus Adaptive)")
+                || plan.contains("Custom Scan (Citus Router)"),
+            "{}: not planned by Citus:\n{plan}",
+            statement.name()
+        );
+    }
+    // The batch enqueue is an INSERT ... SELECT from its arrays, which
+    // Citus runs by pulling the rows to the coordinator and copying them to
+    // the schema's one shard: not one task, still one node, and it works.
+    let batch = jobs::enqueue_many(&schema, &[job("mail"), job("mail")], NOW);
+    let (counts, plan) = task_counts(&client, &batch).await;
+    assert!(
+        counts.is_empty() && plan.contains("INSERT/SELECT method: pull to coordinator"),
+        "enqueue_many:\n{plan}"
+    );
+    assert_eq!(run(&client, &batch).await.len(), 2, "enqueue_many");
+    // The horizon reads no table: it runs on the coordinator, no task.
+    let (counts, plan) = task_counts(&client, &streams::commit_horizon()).await;
+    assert!(counts.is_empty() && !plan.contains("Citus"), "{plan}");
+    // The maintenance statements, which name no queue or stream: under
+    // schema sharding they too are one task (every row of the schema is
+    // on its node).
+    for statement in [
+        jobs::reap(&schema, NOW, 10),
+        jobs::reap_exhausted(&schema, NOW, 10),
+        jobs::expire(&schema, NOW, 10),
+        dead_jobs::sweep(&schema, NOW, 10),
+        locks::sweep(&schema, NOW, 10),
+        schedules::due(&schema, NOW, 10),
+    ] {
+        let (counts, plan) = task_counts(&client, &statement).await;
+        assert_eq!(
+            counts,
+            [1],
+            "{} must be one task:\n{plan}",
+            statement.name()
+        );
+    }
+    // And every statement the engine runs on this layout, as `schema-gen
+    // statements --layout citus` lists it: none is left out.
+    for statement in all_for(&schema, Layout::CitusSchemaSharding) {
+        let (counts, plan) = task_counts(&client, &statement).await;
+        match statement.name() {
+            "enqueue_many" => assert!(counts.is_empty(), "{plan}"),
+            "commit_horizon" => assert!(counts.is_empty(), "{plan}"),
+            name => assert_eq!(counts, [1], "{name} must be one task:\n{plan}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_maintenance_statements_do_their_work_on_the_cluster() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = citus_schema("citus_maint").await;
+    // One job of each kind: a claim that lapsed with attempts left, one that
+    // lapsed on its last attempt, one that expired.
+    let one_attempt = Job {
+        opts: QueueOpts {
+            max_attempts: 1,
+            ..job("q").opts
+        },
+        ..job("last")
+    };
+    let expiring = Job {
+        expires_at: Some(NOW - 1),
+        ..job("exp")
+    };
+    for (queue, job) in [("q", job("q")), ("last", one_attempt), ("exp", expiring)] {
+        run(&client, &jobs::enqueue(&schema, &job, NOW)).await;
+        if queue != "exp" {
+            assert_eq!(
+                run(&client, &jobs::claim(&schema, queue, "w", NOW, 1))
+                    .await
+                    .len(),
+                1
+            );
+        }
+    }
+    let later = NOW + 31;
+    assert_eq!(
+        count(&client, &jobs::reap(&schema, later, 10)).await,
+        1,
+        "reap"
+    );
+    assert_eq!(
+        count(&client, &jobs::reap_exhausted(&schema, later, 10)).await,
+        1,
+        "reap_exhausted"
+    );
+    assert_eq!(
+        count(&client, &jobs::expire(&schema, later, 10)).await,
+        1,
+        "expire"
+    );
+    let dead = rows(
+        &client,
+        &format!("SELECT count(*) FROM \"{schema}\".dead_jobs"),
+    )
+    .await;
+    assert_eq!(dead[0].get::<_, i64>(0), 2, "two jobs moved to dead_jobs");
+    // Their retention (60 s) lapses.
+    assert_eq!(
+        count(&client, &dead_jobs::sweep(&schema, later + 61, 10)).await,
+        2,
+        "dead-letter sweep"
+    );
+    // A lock that lapsed.
+    assert!(
+        run(&client, &locks::acquire_free(&schema, "l", "o", NOW + 1))
+            .await
+            .len()
+            == 1
+    );
+    assert_eq!(
+        count(&client, &locks::sweep(&schema, NOW + 2, 10)).await,
+        1,
+        "lock sweep"
+    );
+    // A due schedule, locked for the tick's transaction.
+    let schedule = Schedule {
+        name: "tick".into(),
+        spec: "@every 60s".into(),
+        every_s: 60,
+        queue: "q".into(),
+        payload: b"t".to_vec(),
+        opts: ScheduleOpts {
+            priority: 0,
+            max_attempts: 1,
+            visibility_timeout_s: 30,
+            backoff_base_s: 1,
+            dead_letter_retention_s: 60,
+            expires_s: None,
+        },
+        next_fire_at: NOW,
+        last_fired_at: None,
+        enabled: true,
+    };
+    run(&client, &schedules::register(&schema, &schedule)).await;
+    exec(&client, "BEGIN").await;
+    assert_eq!(
+        run(&client, &schedules::due(&schema, NOW, 10)).await.len(),
+        1,
+        "due"
+    );
+    exec(&client, "COMMIT").await;
+}
+
+/// Makes `ahead`'s transaction counter at least `by` ids past `behind`'s,
+/// by committing empty transactions that draw an id.
+async fn counter_ahead(ahead: &Client, behind: &Client, by: i64) {
+    let next = async |client: &Client| -> i64 {
+        rows(client, "SELECT pg_current_xact_id()::text::bigint").await[0].get(0)
+    };
+    let gap = next(behind).await + by - next(ahead).await;
+    if gap > 0 {
+        exec(
+            ahead,
+            &format!("DO $$ BEGIN FOR i IN 1..{gap} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$"),
+        )
+        .await;
+    }
+}
+
+/// The gap-free read on the Citus layout, as an engine runs it: the
+/// horizon from the coordinator, then the read below it.
+async fn read_in_commit_order(session: &Session<Client>, stream: &str, offset: i64) -> Vec<i64> {
+    let horizon = session
+        .run(&streams::CommitHorizon)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    session
+        .run(&streams::ReadInCommitOrderBelow {
+            stream,
+            offset,
+            limit: 100,
+            horizon,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .iter()
+        .map(|e| e.id)
+        .collect()
+}
+
+/// The single-server reader on the cluster, for contrast.
+async fn single_server_read(client: &Client, schema: &SchemaName, stream: &str) -> Vec<i64> {
+    run(
+        client,
+        &streams::read_in_commit_order(schema, stream, 0, 100),
+    )
+    .await
+    .iter()
+    .map(|row| {
+        StreamEvent::from_row(row)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .id
+    })
+    .collect()
+}
+
+/// Interleaving: an append stays open while a later one commits. The
+/// reader must deliver neither until the first commits, then both, in
+/// commit order of their transactions (the first one's first), and never
+/// skip the first once it has checkpointed.
+async fn open_append_then_later_append(schema: &SchemaName, stream: &str, worker_ahead: bool) {
+    let cluster = cluster();
+    let reader = Session::new(cluster.connect_coordinator().await, schema.clone());
+    let first = cluster.connect_coordinator().await;
+    let second = cluster.connect_coordinator().await;
+    let contrast = cluster.connect_coordinator().await;
+
+    exec(&first, "BEGIN").await;
+    let early: i64 = run(&first, &streams::append(schema, &event(stream, "early"))).await[0].get(0);
+    let late: i64 = run(&second, &streams::append(schema, &event(stream, "late"))).await[0].get(0);
+    assert!(early < late);
+    let while_open = read_in_commit_order(&reader, stream, 0).await;
+    assert_eq!(
+        while_open,
+        Vec::<i64>::new(),
+        "delivered while an earlier append was open"
+    );
+    if worker_ahead {
+        // The single-server reader compares the coordinator's tx_id with
+        // the worker's horizon: it delivers the later event now, and would
+        // never deliver the earlier one after that checkpoint.
+        assert_eq!(single_server_read(&contrast, schema, stream).await, [late]);
+    }
+    exec(&first, "COMMIT").await;
+    let both = until_horizon_passes(
+        async || read_in_commit_order(&reader, stream, 0).await,
+        |ids| ids.len() == 2,
+    )
+    .await;
+    assert_eq!(
+        both,
+        [early, late],
+        "commit order of the appending transactions"
+    );
+    assert_eq!(
+        read_in_commit_order(&reader, stream, late).await,
+        Vec::<i64>::new()
+    );
+    if !worker_ahead {
+        // The coordinator is ahead: the worker's horizon stays below every
+        // tx_id, so the single-server reader delivers nothing at all.
+        assert_eq!(
+            single_server_read(&contrast, schema, stream).await,
+            Vec::<i64>::new()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_order_reads_never_skip_or_stall_with_the_counters_either_way_round() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (coordinator, schema) = citus_schema("citus_order").await;
+    let worker = cluster()
+        .connect_worker(shard_worker(&coordinator, &schema).await)
+        .await;
+    counter_ahead(&worker, &coordinator, 2_000).await;
+    open_append_then_later_append(&schema, "worker_ahead", true).await;
+    counter_ahead(&coordinator, &worker, 2_000).await;
+    open_append_then_later_append(&schema, "coordinator_ahead", false).await;
+}
+
+#[tokio::test]
+async fn fences_only_grow_per_name_and_the_single_server_acquire_is_refused() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (client, schema) = citus_schema("citus_fence").await;
+    // Why the two-statement acquire: Citus refuses the single-server one.
+    let refused = client
+        .query(
+            locks::acquire(&schema, "x", "o", NOW + 30, NOW).sql(),
+            &locks::acquire(&schema, "x", "o", NOW + 30, NOW).args(),
+        )
+        .await
+        .expect_err("Citus refuses fence = DEFAULT in DO UPDATE SET");
+    assert!(
+        describe_error(&refused).contains("must be marked IMMUTABLE"),
+        "{}",
+        describe_error(&refused)
+    );
+
+    let session = Session::new(client, schema.clone());
+    let acquire = async |owner: &str, now: i64| -> Option<Lock> {
+        let (_, lock) = session
+            .run_pipelined(
+                &locks::ClearLapsed {
+                    name: "ticker",
+                    now,
+                },
+                &locks::AcquireFree {
+                    name: "ticker",
+                    owner,
+                    expires_at: now + 10,
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        lock
+    };
+    let first = acquire("a", NOW)
+        .await
+        .unwrap_or_else(|| panic!("a free lock is taken"));
+    assert_eq!(acquire("b", NOW + 5).await, None, "held");
+    assert_eq!(acquire("a", NOW + 5).await, None, "held, by the owner too");
+    // Lapsed: taken over with a higher fence; the old holder cannot renew.
+    let second = acquire("b", NOW + 10)
+        .await
+        .unwrap_or_else(|| panic!("a lapsed lock is taken"));
+    assert!(second.fence > first.fence, "{second:?} after {first:?}");
+    let renewed = session
+        .run(&locks::Renew {
+            name: "ticker",
+            owner: "a",
+            fence: first.fence,
+            expires_at: NOW + 30,
+            now: NOW + 11,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(renewed, None, "the stale holder renewed");
+    // Released, taken again: higher still.
+    let released = session
+        .run(&locks::Release {
+            name: "ticker",
+            owner: "b",
+            fence: second.fence,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(released.map(|l| l.fence), Some(second.fence));
+    let third = acquire("a", NOW + 12)
+        .await
+        .unwrap_or_else(|| panic!("a released lock is taken"));
+    assert!(third.fence > second.fence, "{third:?} after {second:?}");
+    // Fences come from the coordinator's sequence, not a worker's
+    // (which starts at 2^48 + 1).
+    assert!(third.fence < 1 << 48, "{third:?}");
+}
+
+/// What Citus sends to the worker for each statement, seen through
+/// `citus.log_remote_commands`: the row-moving statements (a CTE over two
+/// shards of the schema's node) are committed in two phases, every other
+/// write in one. A two-phase commit ends on the worker after the
+/// coordinator's own commit, which is why the README keeps appends out of
+/// such transactions (the gap-free reader's horizon could pass first).
+#[tokio::test]
+async fn the_row_moving_statements_commit_in_two_phases_and_an_append_in_one() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (setup, schema) = citus_schema("citus_2pc").await;
+    run(&setup, &jobs::enqueue(&schema, &job("mail"), NOW)).await;
+    let claimed = Job::from_row(&run(&setup, &jobs::claim(&schema, "mail", "w", NOW, 1)).await[0])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (client, notices) =
+        harness::pg::connect_url_with_notices(&cluster().coordinator_url()).await;
+    exec(&client, "SET citus.log_remote_commands = on").await;
+    let two_phase = async |statement: &Statement| -> bool {
+        notices.take();
+        count(&client, statement).await;
+        let sent: Vec<String> = notices
+            .take()
+            .into_iter()
+            .map(|n| n.message().to_owned())
+            .collect();
+        assert!(
+            sent.iter().any(|m| m.starts_with("issuing ")),
+            "{}: nothing logged, the test proves nothing: {sent:?}",
+            statement.name()
+        );
+        sent.iter().any(|m| m.contains("PREPARE TRANSACTION"))
+    };
+    for statement in [
+        jobs::kill(&schema, claimed.id, "w", claimed.attempts, Some("e"), NOW),
+        jobs::reap_exhausted(&schema, NOW, 10),
+        jobs::expire(&schema, NOW, 10),
+    ] {
+        assert!(
+            two_phase(&statement).await,
+            "{} in one phase",
+            statement.name()
+        );
+    }
+    for statement in [
+        streams::append(&schema, &event("s", "k")),
+        jobs::enqueue(&schema, &job("mail"), NOW),
+        jobs::claim(&schema, "mail", "w", NOW, 1),
+        locks::acquire_free(&schema, "l", "o", NOW + 10),
+        jobs::reap(&schema, NOW, 10),
+    ] {
+        assert!(
+            !two_phase(&statement).await,
+            "{} in two phases",
+            statement.name()
+        );
+    }
+}
+
+/// The printed Citus script runs once: on a schema it already distributed,
+/// its version record runs on a distributed table, which Citus 13.2.2
+/// deparses wrongly; the transaction fails and changes nothing (as the
+/// README and `render::script_for` say). The first run is what `psql`
+/// users get: the family, distributed.
+#[test]
+fn the_printed_citus_script_creates_the_family_once_and_a_rerun_changes_nothing() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let url = cluster().coordinator_url();
+    let schema = harness::unique_schema_name("citus_script");
+    let script = schema_gen::render::script_for(&schema, Layout::CitusSchemaSharding);
+    let first = harness::pg::psql_script(&url, &script);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let name = schema.to_string();
+    let check = harness::cli::run(&[
+        "check",
+        "--layout",
+        "citus",
+        "--database-url",
+        url.as_str(),
+        "--schema",
+        name.as_str(),
+    ]);
+    assert_eq!(
+        check.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
+    let again = harness::pg::psql_script(&url, &script);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "the re-run succeeded: {stderr}");
+    assert!(
+        stderr.contains("syntax error at or near \"NOT\""),
+        "{stderr}"
+    );
+    let check = harness::cli::run(&[
+        "check",
+        "--layout",
+        "citus",
+        "--database-url",
+        url.as_str(),
+        "--schema",
+        name.as_str(),
+    ]);
+    assert_eq!(
+        check.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
 }

@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use harness::cli::{assert_usage_error, run};
-use schema_gen::render::script;
-use schema_model::SchemaName;
+use schema_gen::render::{script, script_for};
+use schema_model::{Layout, SchemaName};
 
 #[test]
 fn sql_prints_the_script_of_the_one_rendering_function() {
@@ -22,6 +22,35 @@ fn sql_prints_the_script_of_the_one_rendering_function() {
             .contains("CREATE TABLE IF NOT EXISTS \"tenant_a\".\"jobs\" (\n")
     );
     assert!(out.stdout.trim_end().ends_with("COMMIT;"));
+}
+
+#[test]
+fn sql_layout_citus_prints_the_script_with_the_distribution() {
+    let out = run(&["sql", "--layout", "citus", "--schema", "tenant_a"]);
+    assert_eq!(out.code, ExitCode::SUCCESS, "{}", out.stderr);
+    let tenant = SchemaName::new("tenant_a").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.stdout, script_for(&tenant, Layout::CitusSchemaSharding));
+    assert!(
+        out.stdout
+            .contains("SELECT citus_schema_distribute('\"tenant_a\"');\n"),
+        "{}",
+        out.stdout
+    );
+    let single = run(&["sql", "--layout", "single-server", "--schema", "tenant_a"]);
+    assert_eq!(single.stdout, script(&tenant));
+    // The layout places the PostgreSQL family: refused where it means nothing.
+    assert_usage_error(
+        &["sql", "--dialect", "clickhouse", "--layout", "citus"],
+        "the clickhouse dialect has none",
+    );
+    assert_usage_error(
+        &["describe", "--layout", "citus"],
+        "--layout is for sql, apply and check",
+    );
+    assert_usage_error(
+        &["sql", "--layout", "citus-rows"],
+        "invalid value 'citus-rows' for '--layout <LAYOUT>'",
+    );
 }
 
 #[test]
@@ -306,4 +335,38 @@ fn statements_prints_every_hot_path_statement_in_both_formats() {
         "must start with a lowercase ASCII letter",
     );
     assert_usage_error(&["statements", "--format", "yaml"], "invalid value 'yaml'");
+}
+
+#[test]
+fn statements_layout_citus_lists_the_citus_forms() {
+    let out = run(&["statements", "--layout", "citus", "--format", "json"]);
+    assert_eq!(out.code, ExitCode::SUCCESS, "{}", out.stderr);
+    let parsed: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<String> = parsed["statements"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no statements array"))
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let library: Vec<String> =
+        schema_gen::statements::all_for(&SchemaName::default(), Layout::CitusSchemaSharding)
+            .iter()
+            .map(|s| s.name().to_owned())
+            .collect();
+    assert_eq!(names, library);
+    for name in ["lock_clear_lapsed", "lock_acquire_free", "commit_horizon"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n == "lock_acquire"), "{names:?}");
+    // The default listing is the single server's, unchanged.
+    let default = run(&["statements", "--format", "json"]);
+    let single = run(&[
+        "statements",
+        "--layout",
+        "single-server",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(default.stdout, single.stdout);
 }

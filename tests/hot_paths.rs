@@ -262,6 +262,7 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
         ),
     )
     .await;
+    let horizon: i64 = run(client, &streams::commit_horizon()).await[0].get("horizon");
     let offset_row = run(client, &streams::read_checkpoint(schema, "s7", "c7")).await;
     let checkpoint = ConsumerOffset::from_row(&offset_row[0]).unwrap_or_else(|e| panic!("{e}"));
     let due = run(client, &schedules::due(schema, NOW, 1)).await;
@@ -446,6 +447,16 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
             case(
                 "stream_read_in_commit_order",
                 streams::read_in_commit_order(schema, "s3", s3, READ_BATCH),
+                Some("stream_events_commit_order_idx"),
+            ),
+        ),
+        // The Citus layout's gap-free read, with the horizon the engine
+        // reads first: the same plan and work as the one above.
+        batch(
+            READ_BATCH,
+            case(
+                "stream_read_in_commit_order_below",
+                streams::read_in_commit_order_below(schema, "s3", s3, READ_BATCH, horizon),
                 Some("stream_events_commit_order_idx"),
             ),
         ),
@@ -713,11 +724,24 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
 
     let naive = |offset| streams::read(&schema, "s", offset, 100);
     let gap_free = |offset| streams::read_in_commit_order(&schema, "s", offset, 100);
+    // The Citus layout's reader, on one server: the horizon first, then the
+    // read below it; it must deliver exactly what the one-statement reader does.
+    let below = async |offset| {
+        let horizon: i64 = run(&reader, &streams::commit_horizon()).await[0].get("horizon");
+        offsets(
+            run(
+                &reader,
+                &streams::read_in_commit_order_below(&schema, "s", offset, 100, horizon),
+            )
+            .await,
+        )
+    };
 
     // While `early` is open, the naive reader delivers `high` and checkpoints past `low`.
     assert_eq!(offsets(run(&reader, &naive(0)).await), vec![high]);
     // The gap-free reader holds `high` back: a transaction below it is still running.
     assert_eq!(offsets(run(&reader, &gap_free(0)).await), Vec::<i64>::new());
+    assert_eq!(below(0).await, Vec::<i64>::new());
 
     exec(&early, "COMMIT").await;
 
@@ -733,6 +757,8 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
     )
     .await;
     assert_eq!(careful, vec![low, high], "commit order delivers both");
+    assert_eq!(below(0).await, vec![low, high]);
+    assert_eq!(below(low).await, vec![high]);
     assert_eq!(
         offsets(run(&reader, &gap_free(low)).await),
         vec![high],

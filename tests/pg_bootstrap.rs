@@ -1006,6 +1006,7 @@ async fn bounded<T>(call: impl std::future::Future<Output = T>) -> T {
 fn short_bound() -> Options {
     Options {
         lock_timeout: Duration::from_millis(300),
+        ..Options::default()
     }
 }
 
@@ -1191,6 +1192,7 @@ async fn a_roles_own_statement_timeout_does_not_cut_an_open_short() {
     // a wait short.
     let options = Options {
         lock_timeout: Duration::from_secs(120),
+        ..Options::default()
     };
     let schema = harness::unique_schema_name("role_timeout");
     let mut client = harness::connect().await;

@@ -487,3 +487,72 @@ async fn a_disabled_schedule_is_never_due_and_the_due_scan_goes_earliest_first()
         assert_eq!(due(NOW - 21, 10).await, Vec::<String>::new(), "{reading:?}");
     }
 }
+
+/// The lock acquire of the Citus layout (`clear_lapsed`, then
+/// `acquire_free`) means on one server what `acquire` means: a free lock is
+/// taken, a held one (by anyone) is not, a lapsed or released one is taken
+/// with a higher fence.
+#[tokio::test]
+async fn the_two_statement_acquire_keeps_the_single_statement_promises() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = engine_schema(&client, "acquire_pair").await;
+    let acquire = async |owner: &str, now: i64| -> Option<Lock> {
+        count(&client, &locks::clear_lapsed(&schema, "ticker", now)).await;
+        run(
+            &client,
+            &locks::acquire_free(&schema, "ticker", owner, now + 10),
+        )
+        .await
+        .first()
+        .map(|row| Lock::from_row(row).unwrap_or_else(|e| panic!("{e}")))
+    };
+    let first = acquire("a", NOW).await.unwrap_or_else(|| panic!("free"));
+    assert_eq!(acquire("b", NOW + 9).await, None, "held by a");
+    assert_eq!(acquire("a", NOW + 9).await, None, "held, by its owner too");
+    let second = acquire("b", NOW + 10)
+        .await
+        .unwrap_or_else(|| panic!("lapsed"));
+    assert!(second.fence > first.fence, "{second:?} after {first:?}");
+    assert_eq!(
+        count(
+            &client,
+            &locks::release(&schema, "ticker", "b", second.fence)
+        )
+        .await,
+        1
+    );
+    let third = acquire("a", NOW + 11)
+        .await
+        .unwrap_or_else(|| panic!("released"));
+    assert!(third.fence > second.fence, "{third:?} after {second:?}");
+    // Why not one statement with `fence = EXCLUDED.fence` (which Citus would
+    // accept): PostgreSQL sets an ALWAYS identity only to DEFAULT.
+    let excluded = acquire_sql_with_excluded_fence(&schema);
+    let refused = client
+        .execute(&excluded, &[])
+        .await
+        .expect_err("an ALWAYS identity is updated only to DEFAULT");
+    assert!(
+        describe_error(&refused).contains("can only be updated to DEFAULT"),
+        "{}",
+        describe_error(&refused)
+    );
+}
+
+/// `locks::acquire`'s text with its `DO UPDATE SET fence = DEFAULT` turned
+/// into `fence = EXCLUDED.fence` and literal values: the alternative the
+/// Citus layout could not take.
+fn acquire_sql_with_excluded_fence(schema: &SchemaName) -> String {
+    let sql = locks::acquire(schema, "ticker", "x", NOW + 10, NOW)
+        .sql()
+        .replace(r#""fence" = DEFAULT"#, r#""fence" = "excluded"."fence""#)
+        .replace("$1", "'ticker'")
+        .replace("$2", "'x'")
+        .replace("$3", &(NOW + 10).to_string())
+        .replace("$4", &(NOW + 100).to_string());
+    assert!(sql.contains(r#""excluded"."fence""#), "{sql}");
+    sql
+}

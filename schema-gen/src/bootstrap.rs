@@ -244,8 +244,20 @@ pub async fn bootstrap_with(
             message: format!("{e} (a defect of this release)"),
         })
     })?;
+    crate::citus::probe(client, schema, options.layout, options).await?;
     let live = catalog::read(client, schema, options).await?;
-    if let Some(current) = assess(&live, schema, &model, &history)? {
+    let assessed = assess(&live, schema, &model, &history)?;
+    // A family placed otherwise than the layout says is drift, whether it
+    // is complete or not: nothing is created into it.
+    let placed = crate::citus::differences(client, schema, options, live.schema.is_some()).await?;
+    if !placed.is_empty() {
+        return Err(ErrorKind::Drift {
+            schema: schema.clone(),
+            differences: placed,
+        }
+        .into());
+    }
+    if let Some(current) = assessed {
         return Ok(current);
     }
     let result = match create(client, schema, &model, &history, options, &live).await {
@@ -430,7 +442,10 @@ async fn create(
         doing: "starting the bootstrap transaction".to_owned(),
         ..Step::default()
     };
-    let plan = plan(live, render::bootstrap_statements(schema));
+    let plan = plan(
+        live,
+        render::bootstrap_statements_for(schema, options.layout),
+    );
     let read = catalog::statement(schema);
     let read_step = Step {
         doing: format!("reading the catalog of schema {schema}"),
@@ -640,10 +655,12 @@ fn statement_step(
         StatementKind::CreateIndex => "CREATE INDEX",
         StatementKind::Comment => "COMMENT",
         StatementKind::RecordVersion => "INSERT (the schema's version)",
+        StatementKind::Distribute => "the Citus call",
     };
     let privilege = match (statement.kind, &planned.table) {
         (StatementKind::CreateSchema, _) => format!("CREATE on database {database}"),
         (StatementKind::CreateTable, _) => format!("CREATE on schema {schema}"),
+        (StatementKind::Distribute, _) => format!("ownership of schema {schema} and its tables"),
         (_, Some(table)) => format!("ownership of table {schema}.{table}"),
         (_, None) => format!("ownership of schema {schema}"),
     };

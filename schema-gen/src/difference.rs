@@ -268,6 +268,29 @@ pub enum Difference {
         /// The model's doc.
         expected: String,
     },
+    /// Under a Citus layout: the engine schema is not a distributed schema
+    /// (`pg_dist_schema` has no row for it).
+    UndistributedSchema {
+        /// The schema's name.
+        schema: String,
+        /// The layout the check ran under (`citus`).
+        layout: String,
+        /// The call that distributes it, run on the coordinator.
+        remedy: String,
+    },
+    /// Under a Citus layout: a table of the model is placed otherwise than
+    /// the layout says (a local table, a hash-distributed or reference
+    /// table, a single-shard table of another colocation group).
+    TableDistribution {
+        /// The table's name.
+        table: String,
+        /// How it is placed, in words.
+        found: String,
+        /// How the layout places it, in words.
+        expected: String,
+        /// The layout the check ran under (`citus`).
+        layout: String,
+    },
 }
 
 impl Difference {
@@ -296,6 +319,21 @@ impl fmt::Display for Difference {
         match self {
             Self::MissingSchema { schema } => write!(f, "missing schema {schema}"),
             Self::MissingTable { table } => write!(f, "missing table {table}"),
+            Self::UndistributedSchema {
+                schema,
+                layout,
+                remedy,
+            } => write!(
+                f,
+                "schema {schema} is not a distributed schema, layout {layout} says it is one \
+                 (`{remedy}` on the coordinator makes it one)"
+            ),
+            Self::TableDistribution {
+                table,
+                found,
+                expected,
+                layout,
+            } => write!(f, "{table} is {found}, layout {layout} says {expected}"),
             Self::ExtraRelation { name, what } => {
                 write!(f, "extra {what} {name} (not in the model)")
             }

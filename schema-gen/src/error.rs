@@ -249,6 +249,18 @@ pub enum ErrorKind {
         /// The role that read the catalog.
         role: String,
     },
+    /// The server cannot take the requested [`Layout`](schema_model::Layout)
+    /// (under `--layout citus`: no `citus` extension, or a worker instead
+    /// of the coordinator). Checked before anything is read or changed.
+    #[error("schema {schema} under layout {layout}: {reason}")]
+    Layout {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The layout asked for.
+        layout: schema_model::Layout,
+        /// What the server is, and what to do; says nothing was changed.
+        reason: String,
+    },
     /// Anything else (an unparsable database URL, a reply that could not be
     /// decoded, a bug in schema-gen).
     #[error("{message}")]

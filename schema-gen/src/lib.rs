@@ -42,6 +42,7 @@ pub use schema_model::SchemaName;
 
 pub mod bootstrap;
 pub mod catalog;
+pub mod citus;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod clickhouse;

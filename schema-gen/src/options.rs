@@ -1,9 +1,13 @@
 //! [`Options`]: the bounds that [`bootstrap_with`](crate::bootstrap::bootstrap_with)
-//! and [`verify_with`](crate::verify::verify_with) run under.
+//! and [`verify_with`](crate::verify::verify_with) run under, and the
+//! [`Layout`] they create and verify.
 
 use std::time::Duration;
 
-/// How long bootstrap and verification may wait.
+use schema_model::Layout;
+
+/// How long bootstrap and verification may wait, and the layout they
+/// create and verify.
 ///
 /// ```
 /// use std::time::Duration;
@@ -17,6 +21,13 @@ use std::time::Duration;
 /// assert_eq!(Options::default().lock_timeout_setting(), "5s");
 /// // The read's own statement_timeout never fires before lock_timeout.
 /// assert_eq!(options.statement_timeout_setting(), "10300ms");
+///
+/// // On a Citus coordinator: the family as a distributed schema.
+/// let citus = Options {
+///     layout: schema_gen::schema_model::Layout::CitusSchemaSharding,
+///     ..Options::default()
+/// };
+/// assert!(citus.layout.is_citus());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -32,6 +43,13 @@ pub struct Options {
     /// millisecond) is taken as 1 ms, and anything above PostgreSQL's maximum
     /// (`i32::MAX` ms, about 24 days) as that maximum: the wait is always bounded.
     pub lock_timeout: Duration,
+    /// Where the family lives ([`Layout::SingleServer`] by default). Under
+    /// [`Layout::CitusSchemaSharding`], bootstrap refuses a server without
+    /// Citus or a worker ([`ErrorKind::Layout`](crate::ErrorKind::Layout)),
+    /// creates the family as a distributed schema in its one transaction,
+    /// and refuses a family distributed otherwise as drift; verification
+    /// reports that as differences.
+    pub layout: Layout,
 }
 
 impl Default for Options {
@@ -40,6 +58,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             lock_timeout: crate::render::DEFAULT_LOCK_TIMEOUT,
+            layout: Layout::SingleServer,
         }
     }
 }
@@ -109,7 +128,10 @@ mod tests {
     use super::*;
 
     fn with(lock_timeout: Duration) -> Options {
-        Options { lock_timeout }
+        Options {
+            lock_timeout,
+            ..Options::default()
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use schema_model::{
-    CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SchemaVersions, SqlType,
+    CheckRule, ColumnDefault, IndexPredicate, Layout, Order, SchemaName, SchemaVersions, SqlType,
     StorageParameter, TableModel, TableVisitor, visit_engine_family,
 };
 
@@ -46,6 +46,9 @@ pub enum StatementKind {
     /// The `INSERT` that records the model's version in a new
     /// `schema_versions` table.
     RecordVersion,
+    /// A call that places the family under its [`Layout`]
+    /// (`citus_schema_distribute`, ...): last, after every table exists.
+    Distribute,
 }
 
 /// One statement of the bootstrap, without its terminating `;`.
@@ -59,10 +62,79 @@ pub struct Statement {
     pub sql: String,
 }
 
-/// The bootstrap statements for `schema`, in the order they must run:
-/// the schema, then per table its `CREATE TABLE`, its indexes and its
-/// comments.
+/// The bootstrap statements for `schema` on a single server, in the order
+/// they must run: the schema, then per table its `CREATE TABLE`, its indexes
+/// and its comments, then the version record
+/// ([`bootstrap_statements_for`] under [`Layout::SingleServer`]).
 pub fn bootstrap_statements(schema: &SchemaName) -> Vec<Statement> {
+    bootstrap_statements_for(schema, Layout::SingleServer)
+}
+
+/// The bootstrap statements for `schema` under `layout`: those of
+/// [`bootstrap_statements`], then [`layout_statements`].
+///
+/// ```
+/// use schema_gen::render::{StatementKind, bootstrap_statements, bootstrap_statements_for};
+/// use schema_model::{Layout, SchemaName};
+///
+/// let schema = SchemaName::new("tenant_a").unwrap();
+/// let single = bootstrap_statements(&schema);
+/// let citus = bootstrap_statements_for(&schema, Layout::CitusSchemaSharding);
+/// assert_eq!(citus[..single.len()], single[..]);
+/// let added: Vec<&str> = citus[single.len()..].iter().map(|s| s.sql.as_str()).collect();
+/// assert_eq!(added, [
+///     "SELECT citus_schema_distribute('\"tenant_a\"')",
+///     "SELECT truncate_local_data_after_distributing_table('\"tenant_a\".\"schema_versions\"')",
+/// ]);
+/// assert!(citus[single.len()..].iter().all(|s| s.kind == StatementKind::Distribute));
+/// ```
+pub fn bootstrap_statements_for(schema: &SchemaName, layout: Layout) -> Vec<Statement> {
+    let mut statements = family_statements(schema);
+    statements.extend(layout_statements(schema, layout));
+    statements
+}
+
+/// The statements that place the family of `schema` under `layout`, to run
+/// after every table exists (and the version is recorded), in the same
+/// transaction: nothing on a single server; under
+/// [`Layout::CitusSchemaSharding`], `citus_schema_distribute` of the schema
+/// (every table becomes a single-shard table of the schema's colocation
+/// group, its rows copied to the shard), then
+/// `truncate_local_data_after_distributing_table` of `schema_versions`, the
+/// one table that held a row (Citus leaves the copied rows on the
+/// coordinator's disk otherwise).
+pub fn layout_statements(schema: &SchemaName, layout: Layout) -> Vec<Statement> {
+    match layout {
+        Layout::SingleServer => Vec::new(),
+        Layout::CitusSchemaSharding => {
+            let versions = SchemaVersions::table_name();
+            vec![
+                Statement {
+                    kind: StatementKind::Distribute,
+                    object: schema.to_string(),
+                    sql: format!(
+                        "SELECT citus_schema_distribute({})",
+                        quote_literal(&quote_ident(schema.as_str()))
+                    ),
+                },
+                Statement {
+                    kind: StatementKind::Distribute,
+                    object: versions.clone(),
+                    sql: format!(
+                        "SELECT truncate_local_data_after_distributing_table({})",
+                        quote_literal(&format!(
+                            "{}.{}",
+                            quote_ident(schema.as_str()),
+                            quote_ident(&versions)
+                        ))
+                    ),
+                },
+            ]
+        }
+    }
+}
+
+fn family_statements(schema: &SchemaName) -> Vec<Statement> {
     let mut renderer = Renderer {
         schema: schema.clone(),
         statements: vec![
@@ -164,7 +236,7 @@ pub fn lock_timeout_statement() -> String {
 /// use std::time::Duration;
 /// use schema_gen::{Options, render::bounds_statement};
 ///
-/// let options = Options { lock_timeout: Duration::from_millis(250) };
+/// let options = Options { lock_timeout: Duration::from_millis(250), ..Options::default() };
 /// assert_eq!(
 ///     bounds_statement(&options),
 ///     "SET LOCAL lock_timeout = '250ms'; SET LOCAL statement_timeout = '10250ms'"
@@ -187,12 +259,30 @@ pub const TABLE_ACCESS_METHOD: &str = "heap";
 
 /// The whole bootstrap as a psql-runnable script: one transaction, the
 /// advisory lock, a bounded `lock_timeout`, then [`bootstrap_statements`],
-/// each terminated by `;`.
+/// each terminated by `;` ([`script_for`] under [`Layout::SingleServer`]).
 pub fn script(schema: &SchemaName) -> String {
+    script_for(schema, Layout::SingleServer)
+}
+
+/// [`script`] under `layout`: the statements of
+/// [`bootstrap_statements_for`]. Under [`Layout::CitusSchemaSharding`] it
+/// runs on the coordinator, once: on a schema already distributed, the
+/// version record would run on a distributed table, which Citus 13.2.2
+/// deparses wrongly (a syntax error on the worker; nothing is changed).
+pub fn script_for(schema: &SchemaName, layout: Layout) -> String {
+    let header = match layout {
+        Layout::SingleServer => {
+            "-- Idempotent: re-running it creates nothing that already exists.\n"
+        }
+        Layout::CitusSchemaSharding => {
+            "-- Layout citus (schema-based sharding): run it once, on the Citus coordinator;\n\
+             -- it creates the family and makes the schema a distributed schema.\n"
+        }
+    };
     let mut out = format!(
         "-- alkstore engine schema {}: generated by schema-gen from schema-model; do not edit.\n\
          -- Apply with: psql -v ON_ERROR_STOP=1 -f <this file>\n\
-         -- Idempotent: re-running it creates nothing that already exists.\n\n\
+         {header}\n\
          BEGIN;\n\n\
          {};\n\n\
          -- Serialise concurrent bootstraps of this schema name.\n\
@@ -201,7 +291,7 @@ pub fn script(schema: &SchemaName) -> String {
         lock_timeout_statement(),
         advisory_lock_statement(schema),
     );
-    for statement in bootstrap_statements(schema) {
+    for statement in bootstrap_statements_for(schema, layout) {
         out.push_str(&statement.sql);
         out.push_str(";\n\n");
     }

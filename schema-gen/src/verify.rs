@@ -74,7 +74,9 @@ pub async fn verify(client: &Client, schema: &SchemaName) -> Result<Vec<Differen
 
 /// Returns the differences between the live catalog of `schema` and the
 /// model, in one round trip that only reads `pg_catalog` and waits for a
-/// lock at most `options.lock_timeout` (see [`catalog::read`]). Empty means
+/// lock at most `options.lock_timeout` (see [`catalog::read`]); under a
+/// Citus `options.layout`, also how the family is distributed
+/// ([`crate::citus::differences`], a few more round trips). Empty means
 /// the schema matches the model exactly, comments included. A schema that
 /// does not exist is one difference, [`Difference::MissingSchema`].
 ///
@@ -87,8 +89,12 @@ pub async fn verify_with(
     schema: &SchemaName,
     options: &Options,
 ) -> Result<Vec<Difference>, Error> {
+    crate::citus::probe(client, schema, options.layout, options).await?;
     let live = catalog::read(client, schema, options).await?;
-    Ok(compare(&live, schema, &engine_family()))
+    let mut differences = compare(&live, schema, &engine_family());
+    differences
+        .extend(crate::citus::differences(client, schema, options, live.schema.is_some()).await?);
+    Ok(differences)
 }
 
 /// Compares a live catalog with a model, table by table in model order, then

@@ -31,6 +31,14 @@
 //! with the shape the recorded version says it has: a database is exactly
 //! a known version (or a known step of an upgrade), or loudly not.
 //!
+//! # Layouts
+//!
+//! Where the family lives is one family-wide choice, [`Layout`]: a single
+//! server (the default), or a Citus cluster by schema-based sharding (the
+//! engine schema a distributed schema, every table a single-shard table on
+//! one node). The tables are the same under both; `schema-gen` renders the
+//! Citus calls after the DDL ([`layout`] shows them).
+//!
 //! # The families
 //!
 //! The PostgreSQL engine family, one engine-owned schema ([`SchemaName`]):
@@ -70,6 +78,7 @@ pub mod dead_jobs;
 pub mod description;
 pub mod history;
 pub mod jobs;
+pub mod layout;
 pub mod locks;
 pub mod name;
 pub mod schedules;
@@ -90,6 +99,7 @@ pub use description::{
     ColumnDescription, ConstraintDescription, IndexDescription, TableDescription,
 };
 pub use jobs::{Job, Jobs, QueueOpts};
+pub use layout::{Layout, TableDistribution};
 pub use locks::{Lock, Locks};
 pub use name::{NameDialect, NameError, NameRule};
 pub use schedules::{Schedule, ScheduleOpts, Schedules};

@@ -135,11 +135,15 @@ pub async fn task_counts(client: &Client, statement: &Statement) -> (Vec<u32>, S
     let name = statement.name();
     let types: Vec<String> = statement.params().iter().map(|p| p.type_name()).collect();
     let arguments = literals(statement);
-    let prepare = format!(
-        "PREPARE citus_probe({}) AS {}",
-        types.join(", "),
-        statement.sql()
-    );
+    let prepare = if types.is_empty() {
+        format!("PREPARE citus_probe AS {}", statement.sql())
+    } else {
+        format!(
+            "PREPARE citus_probe({}) AS {}",
+            types.join(", "),
+            statement.sql()
+        )
+    };
     client
         .batch_execute(&prepare)
         .await

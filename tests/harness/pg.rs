@@ -219,7 +219,16 @@ impl Notices {
 ///
 /// If the connection fails.
 pub async fn connect_with_notices() -> (Client, Notices) {
-    let (client, mut connection) = open(&database_url()).await;
+    connect_url_with_notices(&database_url()).await
+}
+
+/// [`connect_with_notices`] to the server at `url` (a Citus node, say).
+///
+/// # Panics
+///
+/// If the connection fails.
+pub async fn connect_url_with_notices(url: &str) -> (Client, Notices) {
+    let (client, mut connection) = open(url).await;
     let notices = Notices::default();
     let kept = notices.clone();
     tokio::spawn(async move {

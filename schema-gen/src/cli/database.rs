@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use schema_model::SchemaName;
 
 use super::failure::Failure;
-use super::{EXIT_DRIFT, connection, report, schema_name, write_out};
+use super::{EXIT_DRIFT, LayoutArg, connection, report, schema_name, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::options::MAX_LOCK_TIMEOUT;
@@ -40,6 +40,12 @@ pub struct DatabaseArgs {
     /// apply wait only behind ACCESS EXCLUSIVE on an engine table.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_lock_timeout)]
     pub lock_timeout: Duration,
+    /// Where the engine family lives: `citus` creates it as a distributed
+    /// schema on a Citus coordinator (apply), and reads pg_dist_schema and
+    /// pg_dist_partition to report a family distributed otherwise (check);
+    /// a server without Citus, or a worker, is refused.
+    #[arg(long, value_enum, default_value_t = LayoutArg::SingleServer)]
+    pub layout: LayoutArg,
 }
 
 /// The form `--lock-timeout` takes, for its error messages.
@@ -150,6 +156,7 @@ pub(super) fn run(
     };
     let bounds = Options {
         lock_timeout: args.lock_timeout,
+        layout: args.layout.layout(),
     };
     let result = runtime.block_on(async {
         let mut client = connection.connect().await?;

@@ -104,6 +104,7 @@ impl Failure {
             ErrorKind::NotExpanded { .. } => ("not_expanded", None),
             ErrorKind::UpgradeLocked { .. } => ("upgrade_locked", None),
             ErrorKind::VersionsUnreadable { .. } => ("versions_unreadable", None),
+            ErrorKind::Layout { .. } => ("layout", None),
             ErrorKind::Other { .. } => ("other", None),
         };
         Self {

@@ -4,7 +4,7 @@
 use clap::Args;
 use schema_model::{DatabaseName, SchemaName};
 
-use super::{Dialect, Format, schema_name};
+use super::{Dialect, Format, LayoutArg, schema_name};
 use crate::{clickhouse, describe as describe_mod, render};
 
 /// Which family `sql` and `describe` are about, and where it lives.
@@ -20,6 +20,10 @@ pub struct TargetArgs {
     /// The ClickHouse database (clickhouse dialect only) [default: relay_analytics].
     #[arg(long)]
     pub database: Option<String>,
+    /// Where the engine family lives (sql, postgres dialect only): `citus`
+    /// adds the citus_schema_distribute call [default: single-server].
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
 }
 
 /// The validated target of `sql` / `describe`. A name flag of the other
@@ -56,14 +60,28 @@ fn target(args: &TargetArgs) -> Result<Target, String> {
 
 /// `schema-gen sql`: the script of the chosen family.
 pub(super) fn sql(args: &TargetArgs) -> Result<String, String> {
+    let layout = args.layout.map(LayoutArg::layout).unwrap_or_default();
     Ok(match target(args)? {
-        Target::Postgres(schema) => render::script(&schema),
+        Target::Postgres(schema) => render::script_for(&schema, layout),
+        Target::Clickhouse(_) if args.layout.is_some() => {
+            return Err(
+                "--layout places the engine's PostgreSQL family; the clickhouse dialect has none"
+                    .to_owned(),
+            );
+        }
         Target::Clickhouse(database) => clickhouse::script(&database),
     })
 }
 
 /// `schema-gen describe`: the chosen family as markdown or JSON.
 pub(super) fn describe(args: &TargetArgs, format: Format) -> Result<String, String> {
+    if args.layout.is_some() {
+        return Err(
+            "--layout is for sql, apply and check: the family's description is the same \
+             under every layout"
+                .to_owned(),
+        );
+    }
     match (target(args)?, format) {
         (Target::Postgres(schema), Format::Markdown) => {
             Ok(describe_mod::to_markdown(&describe_mod::engine(&schema)))

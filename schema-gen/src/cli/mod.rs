@@ -42,6 +42,8 @@ Examples:
   schema-gen check --database-url 'postgres://app@db/app?sslmode=verify-full&sslrootcert=ca.pem'
   PGHOST=db PGUSER=app PGDATABASE=app PGSSLMODE=require schema-gen check --format json
                                               libpq's PG* variables and ~/.pgpass, as psql reads them
+  schema-gen apply --layout citus --database-url postgres://app@coordinator/app
+                                              on a Citus coordinator: the family as a distributed schema
   schema-gen statements --format json         the engine's hot-path statements, their $n parameters and the claim path
   schema-gen upgrade --dry-run                the steps that move an older database to this release's
                                               version, as a psql script (nothing is changed)
@@ -109,6 +111,28 @@ pub enum Dialect {
     Postgres,
     /// The analytics sink, in ClickHouse (`--database`).
     Clickhouse,
+}
+
+/// Where the engine family lives (`--layout`), as the model's
+/// [`Layout`](schema_model::Layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// One PostgreSQL server: plain tables.
+    SingleServer,
+    /// A Citus cluster by schema-based sharding: the schema is a distributed
+    /// schema (citus_schema_distribute), every table a single-shard table on
+    /// one node; run on the coordinator.
+    Citus,
+}
+
+impl LayoutArg {
+    /// The model's layout.
+    pub fn layout(self) -> schema_model::Layout {
+        match self {
+            LayoutArg::SingleServer => schema_model::Layout::SingleServer,
+            LayoutArg::Citus => schema_model::Layout::CitusSchemaSharding,
+        }
+    }
 }
 
 /// Output format of `describe`.

@@ -5,7 +5,7 @@
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use super::schema_name;
+use super::{LayoutArg, schema_name};
 use crate::statements::{self, CLAIM_PATH, Statement};
 
 /// Arguments of `schema-gen statements`.
@@ -17,6 +17,11 @@ pub struct StatementsArgs {
     /// SQL (psql-readable, one commented statement each) or JSON (stable, for tools).
     #[arg(long, value_enum, default_value_t = StatementsFormat::Sql)]
     pub format: StatementsFormat,
+    /// Where the engine family lives: `citus` lists the statements an engine
+    /// runs on a Citus coordinator (the lock acquire and the gap-free read
+    /// differ) [default: single-server].
+    #[arg(long, value_enum, default_value_t = LayoutArg::SingleServer)]
+    pub layout: LayoutArg,
 }
 
 /// Output format of `statements`.
@@ -58,7 +63,7 @@ pub(super) fn statements(args: &StatementsArgs) -> Result<String, String> {
             .as_deref()
             .unwrap_or(schema_model::schema_name::DEFAULT_SCHEMA_NAME),
     )?;
-    let all = statements::all(&schema);
+    let all = statements::all_for(&schema, args.layout.layout());
     match args.format {
         StatementsFormat::Sql => Ok(sql(&all)),
         StatementsFormat::Json => {

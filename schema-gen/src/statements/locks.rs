@@ -16,7 +16,9 @@ use sea_query_postgres::PostgresValues;
 use schema_model::{Lock, Locks, SchemaName};
 
 use super::row::get;
-use super::{Call, FromRow, Optional, RowError, Rows, Statement, any_of, build, table, values};
+use super::{
+    Call, FromRow, Optional, RowError, Rows, RowsAffected, Statement, any_of, build, table, values,
+};
 
 fn returning_lock() -> ReturningClause {
     Query::returning().columns([Locks::Name, Locks::Owner, Locks::ExpiresAt, Locks::Fence])
@@ -80,6 +82,85 @@ pub fn acquire(
                     .action_and_where(lapsed)
                     .to_owned(),
             )
+            .returning(returning_lock())
+            .to_owned()
+    })
+}
+
+/// Acquire on Citus, step 1 of 2: deletes the lock `name` if it has lapsed
+/// (`expires_at <= now`); returns the number of rows deleted (0 or 1).
+/// Step 2 is [`acquire_free`]; run both, in this order (pipelined on one
+/// connection, [`Session::run_pipelined`](super::Session::run_pipelined)),
+/// in place of [`acquire`] under
+/// [`Layout::CitusSchemaSharding`](schema_model::Layout).
+///
+/// Why two statements: [`acquire`] draws the new fence with `fence =
+/// DEFAULT` in its `DO UPDATE SET`, which Citus refuses (`functions used in
+/// the DO UPDATE SET clause of INSERTs on distributed tables must be marked
+/// IMMUTABLE`: the default is `nextval`), and PostgreSQL allows an `ALWAYS`
+/// identity column nothing else in an update (`fence = EXCLUDED.fence`:
+/// `column "fence" can only be updated to DEFAULT`). So on Citus the fence
+/// is only ever drawn by an insert, on the coordinator, from the identity's
+/// one sequence: fences only grow per name, as on one server. The pair
+/// means what [`acquire`] means: a lapsed lock is free (deleting it changes
+/// nothing any holder may still do: renew refuses a lapsed lock, and a
+/// release by its old holder finds nothing), and between the two steps
+/// another acquirer may take it, in which case step 2 returns nothing.
+///
+/// ```
+/// use schema_gen::statements::locks;
+/// use schema_model::SchemaName;
+///
+/// let s = locks::clear_lapsed(&SchemaName::default(), "ticker", 1_700_000_000);
+/// assert_eq!(
+///     s.sql(),
+///     r#"DELETE FROM "alkstore"."locks" WHERE "name" = $1 AND "expires_at" <= $2"#
+/// );
+/// assert_eq!(s.param_names(), ["name", "now"]);
+/// ```
+pub fn clear_lapsed(schema: &SchemaName, name: &str, now: i64) -> Statement {
+    build("lock_clear_lapsed", |b| {
+        Query::delete()
+            .from_table(table::<Locks>(schema))
+            .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, name)))
+            .and_where(Expr::col(Locks::ExpiresAt).lte(b.now(now)))
+            .to_owned()
+    })
+}
+
+/// Acquire on Citus, step 2 of 2 (after [`clear_lapsed`]): takes the lock
+/// `name` for `owner` until `expires_at` if nobody holds it (no row),
+/// drawing a new fence (the identity's default, evaluated by the
+/// coordinator), and returns the [`Lock`]; returns nothing when a row is
+/// there (held, by anyone).
+///
+/// ```
+/// use schema_gen::statements::locks;
+/// use schema_model::SchemaName;
+///
+/// let s = locks::acquire_free(&SchemaName::default(), "ticker", "node-a", 1_700_000_030);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"INSERT INTO "alkstore"."locks" ("name", "owner", "expires_at") VALUES ($1, $2, $3) "#,
+///         r#"ON CONFLICT ("name") DO NOTHING "#,
+///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["name", "owner", "expires_at"]);
+/// ```
+pub fn acquire_free(schema: &SchemaName, name: &str, owner: &str, expires_at: i64) -> Statement {
+    build("lock_acquire_free", |b| {
+        let values = [
+            b.col(Locks::Name, name),
+            b.col(Locks::Owner, owner),
+            b.col(Locks::ExpiresAt, expires_at),
+        ];
+        Query::insert()
+            .into_table(table::<Locks>(schema))
+            .columns([Locks::Name, Locks::Owner, Locks::ExpiresAt])
+            .values_panic(values)
+            .on_conflict(OnConflict::column(Locks::Name).do_nothing().to_owned())
             .returning(returning_lock())
             .to_owned()
     })
@@ -223,6 +304,54 @@ impl Call for Acquire<'_> {
             self.expires_at.into(),
             self.now.into(),
         ])
+    }
+}
+
+/// A call of [`clear_lapsed`] (acquire on Citus, step 1): returns the
+/// number of lapsed locks deleted, 0 or 1.
+#[derive(Debug, Clone, Copy)]
+pub struct ClearLapsed<'a> {
+    /// The lock.
+    pub name: &'a str,
+    /// The current unix second.
+    pub now: i64,
+}
+
+impl Call for ClearLapsed<'_> {
+    const NAME: &'static str = "lock_clear_lapsed";
+    type Returns = RowsAffected;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        clear_lapsed(schema, self.name, self.now)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.name.into(), self.now.into()])
+    }
+}
+
+/// A call of [`acquire_free`] (acquire on Citus, step 2): returns the lock
+/// with its new fence, or `None` while a row is there.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireFree<'a> {
+    /// The lock.
+    pub name: &'a str,
+    /// Who takes it.
+    pub owner: &'a str,
+    /// When it lapses, unless renewed.
+    pub expires_at: i64,
+}
+
+impl Call for AcquireFree<'_> {
+    const NAME: &'static str = "lock_acquire_free";
+    type Returns = Optional<Lock>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        acquire_free(schema, self.name, self.owner, self.expires_at)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([self.name.into(), self.owner.into(), self.expires_at.into()])
     }
 }
 

@@ -373,6 +373,50 @@ pub fn all(schema: &SchemaName) -> Vec<Statement> {
     ]
 }
 
+/// Every statement an engine runs under `layout`, in family order: [`all`]
+/// on a single server; under
+/// [`Layout::CitusSchemaSharding`](schema_model::Layout), [`all`] with
+/// `lock_acquire` replaced by [`locks::clear_lapsed`] and
+/// [`locks::acquire_free`], and `stream_read_in_commit_order` by
+/// [`streams::commit_horizon`] and [`streams::read_in_commit_order_below`]
+/// (their docs say why). What `schema-gen statements --layout` prints.
+///
+/// ```
+/// use schema_gen::statements::{all, all_for};
+/// use schema_model::{Layout, SchemaName};
+///
+/// let schema = SchemaName::default();
+/// assert_eq!(all_for(&schema, Layout::SingleServer), all(&schema));
+/// let citus: Vec<&str> = all_for(&schema, Layout::CitusSchemaSharding)
+///     .iter()
+///     .map(|s| s.name())
+///     .collect();
+/// assert!(citus.contains(&"lock_acquire_free") && !citus.contains(&"lock_acquire"));
+/// assert!(citus.contains(&"commit_horizon") && !citus.contains(&"stream_read_in_commit_order"));
+/// ```
+pub fn all_for(schema: &SchemaName, layout: schema_model::Layout) -> Vec<Statement> {
+    let statements = all(schema);
+    if !layout.is_citus() {
+        return statements;
+    }
+    let now = 0;
+    let limit = 1;
+    statements
+        .into_iter()
+        .flat_map(|statement| match statement.name() {
+            "lock_acquire" => vec![
+                locks::clear_lapsed(schema, "", now),
+                locks::acquire_free(schema, "", "", 0),
+            ],
+            "stream_read_in_commit_order" => vec![
+                streams::commit_horizon(),
+                streams::read_in_commit_order_below(schema, "", 0, limit, 0),
+            ],
+            _ => vec![statement],
+        })
+        .collect()
+}
+
 /// `"schema"."table"`, as sea-query's table reference.
 fn table<T: TableModel>(schema: &SchemaName) -> (Alias, T) {
     (Alias::new(schema.as_str()), T::TABLE)

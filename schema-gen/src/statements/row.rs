@@ -59,3 +59,20 @@ where
         source,
     })
 }
+
+/// The column `column` of `row` that is no table's (a computed value named
+/// after what computes it, `what`), decoded.
+pub(super) fn get_computed<'a, V>(
+    row: &'a Row,
+    what: &str,
+    column: &'static str,
+) -> Result<V, RowError>
+where
+    V: FromSql<'a>,
+{
+    row.try_get(column).map_err(|source| RowError {
+        table: what.to_owned(),
+        column,
+        source,
+    })
+}

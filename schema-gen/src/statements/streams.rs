@@ -10,15 +10,15 @@
 use sea_query::{Alias, Expr, ExprTrait, Func, OnConflict, Order, Query};
 
 use schema_model::{
-    ConsumerOffset, SchemaName, StreamEvent, StreamEvents, StreamOffsets, TableModel,
+    ConsumerOffset, SchemaName, SqlType, StreamEvent, StreamEvents, StreamOffsets, TableModel,
 };
 
 use sea_query_postgres::PostgresValues;
 
-use super::row::get;
+use super::row::{get, get_computed};
 use super::{
     Call, Decode, FromRow, One, Optional, RowError, Rows, RowsAffected, Statement, any_of, build,
-    table, values,
+    cast, table, values,
 };
 
 /// The columns of [`StreamEvent`]: every column but `tx_id`, the
@@ -176,7 +176,120 @@ pub fn read_in_commit_order(
     offset: i64,
     limit: u32,
 ) -> Statement {
-    build("stream_read_in_commit_order", |b| {
+    commit_order_read(
+        "stream_read_in_commit_order",
+        schema,
+        stream,
+        offset,
+        limit,
+        None,
+    )
+}
+
+/// The gap-free reader under
+/// [`Layout::CitusSchemaSharding`](schema_model::Layout): [`read_in_commit_order`]
+/// with the horizon given (`horizon`, what [`commit_horizon`] returned on
+/// the same connection just before: two round trips, the second binds what
+/// the first returned) instead of computed by the statement itself.
+///
+/// Why: on Citus both the event's `tx_id` and the horizon must come from
+/// one node's transaction counter, and Citus evaluates them in different
+/// places. An append is an `INSERT`, whose functions and defaults Citus
+/// evaluates on the coordinator before routing it, so `tx_id` is the
+/// coordinator's transaction id; a routed `SELECT` is shipped to the
+/// worker as it is, so [`read_in_commit_order`]'s
+/// `pg_current_snapshot()` is the worker's snapshot, a different counter:
+/// it delivers later events while an earlier append is open and never the
+/// earlier one (worker ahead), or nothing at all (coordinator ahead).
+/// [`commit_horizon`] has no table, so it runs on the coordinator, and
+/// this statement compares the coordinator's `tx_id` with the
+/// coordinator's horizon. It holds because a single-node transaction's
+/// worker part commits before the coordinator's own commit (Citus commits
+/// it in the coordinator's pre-commit): once the appending coordinator
+/// transaction is below the horizon, its event is visible on the worker.
+/// Not for an append in a transaction that also writes a second node (two
+/// phase commit: the worker commits after the coordinator), which may be
+/// skipped; keep appends in single-node transactions (one engine schema's
+/// tables are all on one node).
+///
+/// On one server it reads the same as [`read_in_commit_order`], with a
+/// horizon at most as recent.
+///
+/// ```
+/// use schema_gen::statements::streams;
+/// use schema_model::SchemaName;
+///
+/// let s = streams::read_in_commit_order_below(&SchemaName::default(), "orders", 41, 100, 7_000);
+/// assert_eq!(
+///     s.sql(),
+///     concat!(
+///         r#"SELECT "stream_events"."id", "stream_events"."stream", "stream_events"."key", "#,
+///         r#""stream_events"."payload", "stream_events"."created_at" "#,
+///         r#"FROM unnest(ARRAY (SELECT "id" FROM "alkstore"."stream_events" WHERE "stream" = $1 "#,
+///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $2) "#,
+///         r#"AND "tx_id" < CAST(CAST(CAST($3 AS bigint) AS text) AS xid8) "#,
+///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $4)) AS "picked" "#,
+///         r#"INNER JOIN "alkstore"."stream_events" ON "stream_events"."id" = "picked""#,
+///     )
+/// );
+/// assert_eq!(s.param_names(), ["stream", "offset", "horizon", "limit"]);
+/// ```
+pub fn read_in_commit_order_below(
+    schema: &SchemaName,
+    stream: &str,
+    offset: i64,
+    limit: u32,
+    horizon: i64,
+) -> Statement {
+    commit_order_read(
+        "stream_read_in_commit_order_below",
+        schema,
+        stream,
+        offset,
+        limit,
+        Some(horizon),
+    )
+}
+
+/// The horizon of [`read_in_commit_order_below`]: the oldest transaction
+/// id still running on the node the connection is to (on Citus the
+/// coordinator: the statement reads no table), as a `bigint`.
+///
+/// ```
+/// use schema_gen::statements::streams;
+///
+/// let s = streams::commit_horizon();
+/// assert_eq!(
+///     s.sql(),
+///     r#"SELECT CAST(CAST((pg_snapshot_xmin(pg_current_snapshot())) AS text) AS bigint) AS "horizon""#
+/// );
+/// assert!(s.param_names().is_empty());
+/// ```
+pub fn commit_horizon() -> Statement {
+    build("commit_horizon", |_| {
+        Query::select()
+            .expr_as(
+                Expr::cust("pg_snapshot_xmin(pg_current_snapshot())")
+                    .cast_as(Alias::new("text"))
+                    .cast_as(Alias::new("bigint")),
+                Alias::new(HORIZON),
+            )
+            .to_owned()
+    })
+}
+
+/// The column [`commit_horizon`] returns.
+const HORIZON: &str = "horizon";
+
+fn commit_order_read(
+    name: &'static str,
+    schema: &SchemaName,
+    stream: &str,
+    offset: i64,
+    limit: u32,
+    horizon: Option<i64>,
+) -> Statement {
+    build(name, |b| {
         let stream = Expr::col(StreamEvents::Stream).eq(b.col(StreamEvents::Stream, stream));
         let checkpoint_tx = Query::select()
             .column(StreamEvents::TxId)
@@ -191,6 +304,17 @@ pub fn read_in_commit_order(
             .into(),
             b.col(StreamOffsets::Offset, offset),
         ]);
+        let below = match horizon {
+            None => Expr::cust("pg_snapshot_xmin(pg_current_snapshot())"),
+            // bigint first, so the server never infers the placeholder
+            // as text; xid8 has no cast from bigint but its text form.
+            Some(horizon) => cast(
+                b.bind(HORIZON, SqlType::BigInt, horizon.into()),
+                SqlType::BigInt,
+            )
+            .cast_as(Alias::new("text"))
+            .cast_as(Alias::new("xid8")),
+        };
         let mut next = Query::select();
         next.column(StreamEvents::Id)
             .from(table::<StreamEvents>(schema))
@@ -199,10 +323,7 @@ pub fn read_in_commit_order(
                 Expr::tuple([Expr::col(StreamEvents::TxId), Expr::col(StreamEvents::Id)])
                     .gt(resume_after),
             )
-            .and_where(
-                Expr::col(StreamEvents::TxId)
-                    .lt(Expr::cust("pg_snapshot_xmin(pg_current_snapshot())")),
-            )
+            .and_where(Expr::col(StreamEvents::TxId).lt(below))
             .order_by(StreamEvents::TxId, Order::Asc)
             .order_by(StreamEvents::Id, Order::Asc);
         b.limit(&mut next, limit);
@@ -401,6 +522,69 @@ impl Call for ReadInCommitOrder<'_> {
             self.offset.into(),
             u64::from(self.limit).into(),
         ])
+    }
+}
+
+/// A call of [`read_in_commit_order_below`], the gap-free reader on Citus:
+/// returns up to `limit` events after the checkpoint event `offset`, in
+/// commit order, below `horizon` (from [`CommitHorizon`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ReadInCommitOrderBelow<'a> {
+    /// The stream.
+    pub stream: &'a str,
+    /// The id of the last event processed (0: from the start).
+    pub offset: i64,
+    /// The most events to read.
+    pub limit: u32,
+    /// What [`CommitHorizon`] returned, just before, on the same connection.
+    pub horizon: i64,
+}
+
+impl Call for ReadInCommitOrderBelow<'_> {
+    const NAME: &'static str = "stream_read_in_commit_order_below";
+    type Returns = Rows<StreamEvent>;
+
+    fn statement(&self, schema: &SchemaName) -> Statement {
+        read_in_commit_order_below(schema, self.stream, self.offset, self.limit, self.horizon)
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([
+            self.stream.into(),
+            self.offset.into(),
+            self.horizon.into(),
+            u64::from(self.limit).into(),
+        ])
+    }
+}
+
+/// The horizon [`commit_horizon`] returned.
+#[derive(Debug)]
+pub struct Horizon;
+
+impl Decode for Horizon {
+    type Output = i64;
+
+    fn decode(row: &tokio_postgres::Row) -> Result<i64, RowError> {
+        get_computed(row, "pg_current_snapshot()", HORIZON)
+    }
+}
+
+/// A call of [`commit_horizon`]: returns the oldest transaction id still
+/// running, for [`ReadInCommitOrderBelow`].
+#[derive(Debug, Clone, Copy)]
+pub struct CommitHorizon;
+
+impl Call for CommitHorizon {
+    const NAME: &'static str = "commit_horizon";
+    type Returns = One<Horizon>;
+
+    fn statement(&self, _schema: &SchemaName) -> Statement {
+        commit_horizon()
+    }
+
+    fn values(&self) -> PostgresValues {
+        values([])
     }
 }
 

@@ -122,6 +122,7 @@ impl UpgradeOptions {
     fn catalog_options(&self) -> Options {
         Options {
             lock_timeout: self.lock_timeout,
+            ..Options::default()
         }
     }
 }

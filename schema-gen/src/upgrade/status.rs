@@ -78,13 +78,19 @@ pub async fn status(
     schema: &SchemaName,
     options: &Options,
 ) -> Result<Status, Error> {
+    crate::citus::probe(client, schema, options.layout, options).await?;
     let live = catalog::read(client, schema, options).await?;
     let history = History::load().map_err(|e| {
         Error::from(crate::ErrorKind::Other {
             message: format!("{e} (a defect of this release)"),
         })
     })?;
-    Ok(of(&locate(&live, schema, &history), schema))
+    let mut status = of(&locate(&live, schema, &history), schema);
+    let placed = crate::citus::differences(client, schema, options, live.schema.is_some()).await?;
+    if !placed.is_empty() {
+        status.differences.extend(placed);
+    }
+    Ok(status)
 }
 
 /// The status of a located database.
