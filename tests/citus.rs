@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use harness::citus::{CITUS_VERSION, citus_installed, cluster, expected_version, task_counts};
 use harness::engine::{engine_schema, run, until_horizon_passes};
 use harness::{describe_error, exec, rows};
+use schema_gen::connect::{ConnectOptions, Environment, SslMode};
 use schema_gen::render::quote_literal;
 use schema_gen::statements::{
     FromRow, Session, Statement, all_for, consumed_events, dead_jobs, jobs, locks, schedules,
@@ -308,6 +309,171 @@ fn apply_creates_the_family_distributed_and_check_passes() {
         )
         .await;
         assert_eq!(local[0].get::<_, i64>(0), 0, "local data left behind");
+    });
+}
+
+/// The issue's done-criterion: `schema-gen check` reaches a Citus node with
+/// libpq's default `sslmode` (`prefer`). `CREATE EXTENSION citus` turned TLS
+/// on with a self-signed X.509 version 1 certificate; a role that
+/// `pg_hba.conf` refuses in clear text proves the check came over TLS, and
+/// `pg_stat_ssl` says so for a session the product's connect opened the
+/// same way. Where the chain is verified (`verify-full`, no CA to trust it)
+/// the connection is refused with a message that says why.
+#[test]
+fn check_reaches_the_coordinator_over_tls_with_the_default_sslmode() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let cluster = cluster();
+    let rt = harness::cli::runtime();
+    let schema = harness::unique_schema("citus_tls");
+    let role = harness::unique_name("citus_tls_only");
+    let (cert, hba) = rt.block_on(async {
+        let client = cluster.connect_coordinator().await;
+        let setting = |name: &'static str| {
+            let client = &client;
+            async move { rows(client, &format!("SHOW {name}")).await[0].get::<_, String>(0) }
+        };
+        assert_eq!(setting("ssl").await, "on", "Citus turns TLS on");
+        let data = std::path::PathBuf::from(setting("data_directory").await);
+        let cert = data.join(setting("ssl_cert_file").await);
+        let hba = std::path::PathBuf::from(setting("hba_file").await);
+        // A superuser that may only come in over TLS (the line goes first,
+        // before the harness's `trust` for 127.0.0.1).
+        exec(&client, &format!("CREATE ROLE \"{role}\" LOGIN SUPERUSER")).await;
+        let old = std::fs::read_to_string(&hba)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", hba.display()));
+        std::fs::write(
+            &hba,
+            format!("hostnossl all \"{role}\" 127.0.0.1/32 reject\n{old}"),
+        )
+        .unwrap_or_else(|e| panic!("writing {}: {e}", hba.display()));
+        exec(&client, "SELECT pg_reload_conf()").await;
+        (cert, hba)
+    });
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap_or_else(|e| panic!("running openssl x509 on {}: {e}", cert.display()));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Version: 1 (0x0)"),
+        "{} is not X.509 version 1:\n{text}",
+        cert.display()
+    );
+
+    let port = cluster.coordinator;
+    let url = |more: &str| format!("host=127.0.0.1 port={port} user={role} dbname=postgres {more}");
+    let check = |url: &str| {
+        harness::cli::run(&[
+            "check",
+            "--layout",
+            "citus",
+            "--database-url",
+            url,
+            "--schema",
+            schema.as_str(),
+        ])
+    };
+    let applied = harness::cli::run(&[
+        "apply",
+        "--layout",
+        "citus",
+        "--database-url",
+        &url("sslmode=require"),
+        "--schema",
+        schema.as_str(),
+    ]);
+    assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
+
+    // The guard fires: in clear text the role is refused (the reload is
+    // asynchronous, so wait for it to take).
+    let began = std::time::Instant::now();
+    let clear = loop {
+        let clear = check(&url("sslmode=disable"));
+        if clear.code != ExitCode::SUCCESS || began.elapsed() > std::time::Duration::from_secs(10) {
+            break clear;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        clear.code,
+        ExitCode::from(2),
+        "{}{}",
+        clear.stdout,
+        clear.stderr
+    );
+    assert!(
+        clear.stderr.contains("no encryption") || clear.stderr.contains("pg_hba.conf"),
+        "{}",
+        clear.stderr
+    );
+
+    // No sslmode at all: libpq's default, prefer.
+    let checked = check(&url(""));
+    assert_eq!(
+        checked.code,
+        ExitCode::SUCCESS,
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
+    assert!(
+        checked.stdout.contains("matches the model"),
+        "{}",
+        checked.stdout
+    );
+
+    // The product's connect, the same settings: the session is encrypted.
+    rt.block_on(async {
+        let options = ConnectOptions::resolve(&url(""), &Environment::new())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(options.ssl_mode(), SslMode::Prefer);
+        let client = options.connect().await.unwrap_or_else(|e| panic!("{e}"));
+        let ssl = rows(
+            &client,
+            "SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        )
+        .await;
+        assert!(ssl[0].get::<_, bool>(0), "the session is not encrypted");
+        eprintln!("default sslmode: {:?}", ssl[0].get::<_, Option<String>>(1));
+    });
+
+    // Verifying the chain: nothing trusts a self-signed version 1
+    // certificate, and the message says so and what to do.
+    for more in [
+        "sslmode=verify-full".to_owned(),
+        format!("sslmode=verify-full sslrootcert={}", cert.display()),
+    ] {
+        let refused = check(&url(&more));
+        assert_eq!(
+            refused.code,
+            ExitCode::from(2),
+            "{more}: {}",
+            refused.stdout
+        );
+        assert!(
+            refused.stdout.is_empty()
+                && refused
+                    .stderr
+                    .contains("the server's certificate is X.509 version 1")
+                && refused.stderr.contains("re-issue it as version 3"),
+            "{more}: {}",
+            refused.stderr
+        );
+    }
+
+    // Put pg_hba.conf back for the tests after this one.
+    let now = std::fs::read_to_string(&hba).unwrap_or_else(|e| panic!("{e}"));
+    let first = format!("hostnossl all \"{role}\" 127.0.0.1/32 reject\n");
+    std::fs::write(&hba, now.replacen(&first, "", 1)).unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(async {
+        exec(
+            &cluster.connect_coordinator().await,
+            "SELECT pg_reload_conf()",
+        )
+        .await;
     });
 }
 
