@@ -15,8 +15,9 @@
 //! naming the set-up step (`bash .ci/install-citus`).
 //!
 //! Connections use `sslmode=disable`: `CREATE EXTENSION citus` turns on TLS
-//! with a self-signed certificate, which these tests have no use for (the
-//! nodes still talk to each other over it, as Citus configures them).
+//! with a self-signed certificate, which only the TLS test of
+//! `tests/citus.rs` uses (the nodes still talk to each other over it, as
+//! Citus configures them). `wal_level` is the default, `replica`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
