@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use schema_model::SchemaName;
 
 use super::failure::Failure;
-use super::{EXIT_DRIFT, LayoutArg, connection, report, schema_name, write_out};
+use super::{EXIT_DRIFT, LayoutArg, connection, report, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::options::MAX_LOCK_TIMEOUT;
@@ -131,28 +131,20 @@ pub(super) fn run(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     let json = args.format == ReportFormat::Json;
-    let schema = match schema_name(&args.schema) {
-        Ok(schema) => schema,
-        Err(message) => return Failure::refused_input(message).print(json, stdout, stderr),
-    };
-    let connection = match connection::options(args.database_url.as_deref(), env) {
-        Ok(connection) => connection,
-        Err(message) => {
-            return Failure::configuration(message)
-                .about(schema.as_str())
-                .print(json, stdout, stderr);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            return Failure::other(format!("cannot start the async runtime: {err}"))
-                .about(schema.as_str())
-                .print(json, stdout, stderr);
-        }
+    let connection::Prepared {
+        schema,
+        connection,
+        runtime,
+    } = match connection::prepare(
+        &args.schema,
+        args.database_url.as_deref(),
+        env,
+        json,
+        stdout,
+        stderr,
+    ) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     let bounds = Options {
         lock_timeout: args.lock_timeout,
@@ -167,17 +159,8 @@ pub(super) fn run(
             Action::Check => status(&client, &schema, &bounds).await.map(Report::Checked),
         }
     });
-    // libpq's warnings (an ignored password file), once: a failed login's
-    // message already carries them.
     let failed = result.as_ref().err().map(ToString::to_string);
-    for warning in connection.warnings() {
-        if !failed
-            .as_ref()
-            .is_some_and(|text| text.contains(warning.as_str()))
-        {
-            let _ = writeln!(stderr, "schema-gen: warning: {warning}");
-        }
-    }
+    connection::print_warnings(connection.warnings(), failed.as_deref(), stderr);
     let (text, code) = match result {
         Ok(Report::Applied(outcome)) if json => (report::apply_json(&outcome), ExitCode::SUCCESS),
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::database::{ReportFormat, parse_lock_timeout};
 use super::failure::Failure;
-use super::{EXIT_DRIFT, connection, report, schema_name, write_out};
+use super::{EXIT_DRIFT, connection, report, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::upgrade::{self, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
@@ -71,32 +71,22 @@ pub(super) fn run(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     let json = args.format == ReportFormat::Json;
-    let schema = match schema_name(&args.schema) {
-        Ok(schema) => schema,
-        Err(message) => return Failure::refused_input(message).print(json, stdout, stderr),
+    let connection::Prepared {
+        schema,
+        connection,
+        runtime,
+    } = match connection::prepare(
+        &args.schema,
+        args.database_url.as_deref(),
+        env,
+        json,
+        stdout,
+        stderr,
+    ) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
-    let connection = match connection::options(args.database_url.as_deref(), env) {
-        Ok(connection) => connection,
-        Err(message) => {
-            return Failure::configuration(message)
-                .about(schema.as_str())
-                .print(json, stdout, stderr);
-        }
-    };
-    for warning in connection.warnings() {
-        let _ = writeln!(stderr, "schema-gen: warning: {warning}");
-    }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            return Failure::other(format!("cannot start the async runtime: {err}"))
-                .about(schema.as_str())
-                .print(json, stdout, stderr);
-        }
-    };
+    let warnings = connection.warnings().to_vec();
     let options = UpgradeOptions {
         lock_timeout: args.lock_timeout,
         ..UpgradeOptions::default()
@@ -130,6 +120,8 @@ pub(super) fn run(
         };
         tokio::join!(work, print).0
     });
+    let failed = result.as_ref().err().map(ToString::to_string);
+    connection::print_warnings(&warnings, failed.as_deref(), stderr);
     let text = match result {
         Ok(Done::Plan(plan)) if json => report_json(&UpgradeReport::Plan {
             schema: schema.as_str(),
