@@ -81,10 +81,15 @@ impl Explainer {
                 }
             };
             let args = stmt.literals();
-            let explain = format!(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
-                args.join(", ")
-            );
+            // `EXECUTE name()` is a syntax error: no parentheses without values.
+            let explain = if args.is_empty() {
+                format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}")
+            } else {
+                format!(
+                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
+                    args.join(", ")
+                )
+            };
             let rows = self
                 .conn
                 .client
