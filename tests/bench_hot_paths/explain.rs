@@ -27,6 +27,12 @@ pub struct Work {
     pub sorts: Vec<String>,
     /// Rows the statements returned.
     pub rows: u64,
+    /// The server's execution time (EXPLAIN ANALYZE's `Execution Time`,
+    /// which includes the commit-free part of the statement: triggers and
+    /// the executor, not parse, plan, round trip or commit), in ms, summed.
+    pub exec_ms: f64,
+    /// The execution time of each statement of the path, in order.
+    pub exec_steps: Vec<f64>,
 }
 
 impl Work {
@@ -35,6 +41,8 @@ impl Work {
         self.steps.push(other.buffers);
         self.rows_removed += other.rows_removed;
         self.rows += other.rows;
+        self.exec_ms += other.exec_ms;
+        self.exec_steps.push(other.exec_ms);
         for i in other.indexes {
             if !self.indexes.contains(&i) {
                 self.indexes.push(i);
@@ -105,7 +113,9 @@ impl Explainer {
                 .ok_or("EXPLAIN returned no row")?;
             let plan: Value =
                 serde_json::from_str(&text).map_err(|e| format!("EXPLAIN output: {e}"))?;
-            total.add(work_of(&plan[0]["Plan"]));
+            let mut work = work_of(&plan[0]["Plan"]);
+            work.exec_ms = plan[0]["Execution Time"].as_f64().unwrap_or_default();
+            total.add(work);
         }
         Ok(total)
     }

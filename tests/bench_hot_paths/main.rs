@@ -1,31 +1,35 @@
-//! Benchmark: the engine's hot paths at scale, beside pg-boss, in one run on
-//! one server (the harness's throwaway PostgreSQL cluster, or
-//! `ALKSTORE_TEST_DATABASE_URL`).
+//! Benchmark: the engine's hot paths at scale, beside the floor queue,
+//! pg-boss 12 and graphile-worker 0.17, in one run on one server (the
+//! harness's throwaway PostgreSQL cluster, or `ALKSTORE_TEST_DATABASE_URL`),
+//! with `fsync` and `full_page_writes` set on for the run.
 //!
 //! ```text
 //! cargo bench -p alkstore-schema-tests --bench hot_paths
 //! ```
 //!
-//! In one run: claim p50/p99 and buffers per claim at each size, for every
-//! job mix, at 1 and 8 clients, for the product's design and the alternatives
-//! measured (`designs.rs`); a poll of a queue holding only not-yet-due jobs
-//! against a poll of an empty queue; an enqueue -> claim -> ack loop at 1 and
-//! 8 clients with batches of 1 and 10, beside pg-boss (its Node API, and its
-//! SQL through this driver); a churn run with default and tuned storage
-//! parameters. BENCHMARKS.md explains the figures.
+//! In one run (the default parts): claim p50/p99 and buffers per claim of the
+//! product at each size and job mix, at 1 and 8 clients, and polls of a queue
+//! holding only not-yet-due jobs (`claims`); the product's claim path beside
+//! the floor, the peers and the claim-path candidates at 1 and 8 clients
+//! with `synchronous_commit` off and on (`versus.rs`); the enqueue -> claim
+//! -> ack loop of every system at 8 clients, batches of 1 and 10, commit on
+//! and off (`loops`). Only when named: the rejected designs (a) and (c)
+//! (`rejected`, `designs.rs`) and the churn (`churn`). BENCHMARKS.md explains
+//! the figures.
 //!
 //! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
 //! under `cargo test --benches`) a tiny round exercises every part in
 //! seconds. `ALKSTORE_BENCH_SCALE=tiny|quick|full` picks a scale explicitly;
-//! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_LOOP_SECS`,
-//! `ALKSTORE_BENCH_CHURN_SECS` override parts of it;
-//! `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch) groups;
-//! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named;
-//! `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime` picks the churn variants
-//! (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG` the churn's backlog;
-//! `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's maintenance step out
-//! of the loop; `ALKSTORE_BENCH_PGBOSS=skip` leaves pg-boss out (local runs
-//! only).
+//! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_VS_SIZES=1000000`,
+//! `ALKSTORE_BENCH_LOOP_SECS`, `ALKSTORE_BENCH_CHURN_SECS` override parts of
+//! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
+//! groups; `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,churn` runs
+//! only the parts named; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
+//! picks the churn variants (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG`
+//! the churn's backlog; `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's
+//! maintenance step out of the loop; `ALKSTORE_BENCH_FSYNC=keep` leaves the
+//! server's `fsync` as it is; `ALKSTORE_BENCH_PEERS=skip` leaves pg-boss and
+//! graphile-worker out (local runs only).
 
 mod churn;
 mod claims;
@@ -130,9 +134,9 @@ impl Scale {
                 claim_time: Duration::from_secs(2),
                 explain_warmup: 6,
                 explain_runs: 3,
-                loop_time: Duration::from_secs(4),
+                loop_time: Duration::from_secs(2),
                 vs_sizes: vec![50_000],
-                vs_cell_time: Duration::from_secs(1),
+                vs_cell_time: Duration::from_millis(500),
                 churn_time: Duration::from_secs(30),
                 churn_window: Duration::from_secs(10),
                 churn_backlog: 20_000,
@@ -269,7 +273,7 @@ fn main() {
 // ---------------------------------------------------------------------------
 // Helpers
 
-/// The workspace's `target/` (not `CARGO_TARGET_DIR`): where pg-boss is
+/// The workspace's `target/` (not `CARGO_TARGET_DIR`): where the peers are
 /// installed and the report written.
 pub fn workspace_target() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1026,13 +1026,15 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
          trip). Every system on its own table of the same jobs, seeded alike; all cells of a \
          table group measured in three interleaved rounds. `off`/`on`: the clients' \
          `synchronous_commit`. Buffers: EXPLAIN (ANALYZE, BUFFERS) of the prepared statements, \
-         median of five runs.",
+         median of five runs; server ms: that run's `Execution Time` summed over the path's \
+         statements (the executor only: no parse, round trip or commit).",
     );
     let mut table = Table::new(&[
         "mix",
         "jobs>",
         "system",
         "buffers / claim>",
+        "server ms>",
         "indexes",
         "1 client p50, off>",
         "p99>",
@@ -1057,6 +1059,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
             count(c.size),
             c.label.clone(),
             c.work.buffers.to_string(),
+            format!("{:.3}", c.work.exec_ms),
             indexes(&c.work),
             ms(c.p50(Commit::Off, 1)),
             ms(c.p99(Commit::Off, 1)),
@@ -1113,7 +1116,8 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
         "mix",
         "jobs>",
         "claim path",
-        "buffers / claim>",
+        "buffers / claim [per statement]>",
+        "server execution ms [per statement]>",
         "1 client p50>",
         "8 clients p50>",
         "p99>",
@@ -1139,6 +1143,16 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
             count(c.size),
             c.label.clone(),
             format!("{} {:?}", c.work.buffers, c.work.steps),
+            format!(
+                "{:.3} [{}]",
+                c.work.exec_ms,
+                c.work
+                    .exec_steps
+                    .iter()
+                    .map(|t| format!("{t:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             ms(c.p50(Commit::Off, 1)),
             ms(c.p50(Commit::Off, 8)),
             ms(c.p99(Commit::Off, 8)),
