@@ -181,6 +181,9 @@ pub async fn claim_group(
         seed(admin, design, &schema, queue, size, &mix, unix_now()).await;
         tables.push((size, schema));
     }
+    // The seeding's dirty pages flushed now, not by a checkpoint during the
+    // measurement.
+    crate::exec(admin, "CHECKPOINT").await;
     progress(&format!(
         "claims: {} / {}: measuring",
         design.label(),

@@ -724,6 +724,9 @@ async fn claim_group(
         };
         systems.push(Arc::new(system));
     }
+    // The seeding's dirty pages flushed now, not by a checkpoint during the
+    // measurement (with fsync on it stalls whoever is being measured).
+    exec(admin, "CHECKPOINT").await;
     progress(&format!(
         "versus: {} / {} jobs: warming up and explaining",
         mix.name,
@@ -974,6 +977,8 @@ pub async fn run_loops(
                 }
                 runners.push((kind, system, workers, maintainer, 0u64, 0f64));
             }
+            // What earlier parts left dirty is flushed before, not during.
+            exec(admin, "CHECKPOINT").await;
             for _ in 0..SLICES {
                 for (_, _, workers, _, jobs, seconds) in &mut runners {
                     let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
