@@ -33,6 +33,10 @@ pub struct Work {
     pub exec_ms: f64,
     /// The execution time of each statement of the path, in order.
     pub exec_steps: Vec<f64>,
+    /// EXPLAIN's `Planning Time` summed (for `EXECUTE` of a prepared
+    /// statement: the plan cache lookup, and the planning when the cache
+    /// builds a custom plan for these values).
+    pub plan_ms: f64,
 }
 
 impl Work {
@@ -42,6 +46,7 @@ impl Work {
         self.rows_removed += other.rows_removed;
         self.rows += other.rows;
         self.exec_ms += other.exec_ms;
+        self.plan_ms += other.plan_ms;
         self.exec_steps.push(other.exec_ms);
         for i in other.indexes {
             if !self.indexes.contains(&i) {
@@ -68,6 +73,20 @@ impl Explainer {
             conn: Conn::open().await,
             names: HashMap::new(),
         }
+    }
+
+    /// An explainer whose session first runs `setup` (e.g. a `SET`).
+    pub async fn open_with(setup: &str) -> Self {
+        let explainer = Self::open().await;
+        if !setup.is_empty() {
+            explainer
+                .conn
+                .client
+                .batch_execute(setup)
+                .await
+                .unwrap_or_else(|e| panic!("{}", db_error(setup, &e)));
+        }
+        explainer
     }
 
     /// Runs `stmts` in order: they execute for real (a claim takes its jobs)
@@ -115,6 +134,7 @@ impl Explainer {
                 serde_json::from_str(&text).map_err(|e| format!("EXPLAIN output: {e}"))?;
             let mut work = work_of(&plan[0]["Plan"]);
             work.exec_ms = plan[0]["Execution Time"].as_f64().unwrap_or_default();
+            work.plan_ms = plan[0]["Planning Time"].as_f64().unwrap_or_default();
             total.add(work);
         }
         Ok(total)

@@ -63,11 +63,21 @@ pub enum Cand {
     NoExpiryIndex,
     /// [`Cand::OneStatement`] + [`Cand::NarrowReturning`] + [`Cand::Scalar`].
     Lean,
+    /// The product's statements on sessions with `plan_cache_mode =
+    /// force_generic_plan`: what building a custom plan on every execution
+    /// costs, when the plan cache keeps choosing one.
+    GenericPlan,
+    /// The claim in the peers' shape: `WITH next AS (SELECT id ... FOR UPDATE
+    /// SKIP LOCKED) UPDATE ... FROM next WHERE jobs.id = next.id`, promote
+    /// pipelined before it as the product's.
+    CteJoin,
     /// `SELECT 1`: one round trip and nothing else, the client/server floor.
     RoundTrip,
 }
 
-pub const CANDS: [Cand; 7] = [
+pub const CANDS: [Cand; 9] = [
+    Cand::GenericPlan,
+    Cand::CteJoin,
     Cand::ClaimOnly,
     Cand::OneStatement,
     Cand::NarrowReturning,
@@ -86,9 +96,40 @@ impl Cand {
             Cand::Scalar => "cand: id = (SELECT ... LIMIT 1), no ARRAY",
             Cand::NoExpiryIndex => "cand: no jobs_claim_expiry_idx",
             Cand::Lean => "cand: one statement + narrow + scalar",
+            Cand::GenericPlan => "cand: plan_cache_mode = force_generic_plan",
+            Cand::CteJoin => "cand: claim as WITH next ... UPDATE ... FROM next",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
+
+    /// What a session of this candidate runs first.
+    pub fn session_setup(self) -> &'static str {
+        match self {
+            Cand::GenericPlan => "SET plan_cache_mode = force_generic_plan",
+            _ => "",
+        }
+    }
+}
+
+/// What a session of `system` runs first.
+fn session_setup(system: &System) -> &'static str {
+    match system {
+        System::Cand(c, _) => c.session_setup(),
+        _ => "",
+    }
+}
+
+/// A connection for `system` with `commit`, set up as the system needs.
+async fn open_for(system: &System, commit: Commit) -> Conn {
+    let conn = Conn::open_sync(commit).await;
+    let setup = session_setup(system);
+    if !setup.is_empty() {
+        conn.client
+            .batch_execute(setup)
+            .await
+            .unwrap_or_else(|e| panic!("{}", db_error(setup, &e)));
+    }
+    conn
 }
 
 const FULL_ROW: &str = "id, queue, payload, priority, run_at, expires_at, enqueued_at, \
@@ -356,7 +397,27 @@ impl System {
                 };
                 let mut path = product::claim_path(schema, QUEUE, now, worker, limit);
                 match c {
-                    Cand::NoExpiryIndex => path,
+                    Cand::NoExpiryIndex | Cand::GenericPlan => path,
+                    Cand::CteJoin => {
+                        path.truncate(path.len() - 1);
+                        path.push(Stmt::new(
+                            format!(
+                                "WITH next AS (SELECT id FROM {s}.jobs WHERE queue = $3 \
+                                 AND claimed_at IS NULL AND ready AND run_at <= $2 \
+                                 ORDER BY priority DESC, run_at, id LIMIT $4 \
+                                 FOR UPDATE SKIP LOCKED) \
+                                 UPDATE {s}.jobs SET worker_id = $1, claimed_at = $2, \
+                                 claim_expires_at = $2 + visibility_timeout_s, \
+                                 attempts = attempts + 1 FROM next WHERE jobs.id = next.id \
+                                 RETURNING jobs.id, queue, payload, priority, run_at, \
+                                 expires_at, enqueued_at, visibility_timeout_s, max_attempts, \
+                                 backoff_base_s, dead_letter_retention_s, attempts, worker_id, \
+                                 claimed_at, claim_expires_at, last_error"
+                            ),
+                            cand_params(QUEUE, now, worker, limit, false),
+                        ));
+                        path
+                    }
                     Cand::ClaimOnly => path.split_off(path.len() - 1),
                     Cand::OneStatement => vec![one(true, false, FULL_ROW)],
                     Cand::NarrowReturning | Cand::Scalar => {
@@ -735,7 +796,7 @@ async fn claim_group(
     let mut works = Vec::new();
     for system in &systems {
         let mut warm = vec![ClaimWorker {
-            conn: Conn::open_sync(Commit::Off).await,
+            conn: open_for(system, Commit::Off).await,
             system: system.clone(),
             worker: "bench-warmup".to_owned(),
             latency: Recorder::new(),
@@ -750,7 +811,7 @@ async fn claim_group(
         .await
         .workers;
         drop(warm);
-        let mut explainer = Explainer::open().await;
+        let mut explainer = Explainer::open_with(session_setup(system)).await;
         let s = system.clone();
         let work = explainer
             .median(
@@ -793,7 +854,7 @@ async fn claim_group(
             let mut workers = Vec::new();
             for c in 0..cell.clients {
                 workers.push(ClaimWorker {
-                    conn: Conn::open_sync(cell.commit).await,
+                    conn: open_for(&systems[cell.system], cell.commit).await,
                     system: systems[cell.system].clone(),
                     worker: format!("bench-worker-{c}"),
                     latency: Recorder::new(),
@@ -1032,7 +1093,9 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
          table group measured in three interleaved rounds. `off`/`on`: the clients' \
          `synchronous_commit`. Buffers: EXPLAIN (ANALYZE, BUFFERS) of the prepared statements, \
          median of five runs; server ms: that run's `Execution Time` summed over the path's \
-         statements (the executor only: no parse, round trip or commit).",
+         statements (the executor only: no parse, round trip or commit); the candidates' \
+         planning ms: that run's `Planning Time` (a prepared statement's plan cache lookup, \
+         and its planning when the cache builds a custom plan).",
     );
     let mut table = Table::new(&[
         "mix",
@@ -1123,6 +1186,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
         "claim path",
         "buffers / claim [per statement]>",
         "server execution ms [per statement]>",
+        "planning ms>",
         "1 client p50>",
         "8 clients p50>",
         "p99>",
@@ -1158,6 +1222,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            format!("{:.3}", c.work.plan_ms),
             ms(c.p50(Commit::Off, 1)),
             ms(c.p50(Commit::Off, 8)),
             ms(c.p99(Commit::Off, 8)),
