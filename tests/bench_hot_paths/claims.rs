@@ -22,32 +22,38 @@ use crate::{Scale, count, progress, ratio, times, unix_now};
 pub struct Measured {
     pub claims: Vec<ClaimResult>,
     pub polls: Vec<PollResult>,
+    /// Whether the rejected designs (a) and (c) were measured.
+    pub rejected: bool,
 }
 
-/// Claims at every size: the product on every mix, the alternatives on the
-/// hostile one; then the polls.
-pub async fn run(admin: &mut Client, scale: &Scale) -> Measured {
+/// Claims at every size: the product on every mix (`product`), the rejected
+/// alternatives on the hostile one (`rejected`); then the polls.
+pub async fn run(admin: &mut Client, scale: &Scale, product: bool, rejected: bool) -> Measured {
     let mut claims = Vec::new();
-    for mix in [NORMAL, FUTURE_AHEAD, MOSTLY_CLAIMED] {
-        claims.extend(claim_group(admin, scale, Design::Product, mix).await);
+    let mut designs = Vec::new();
+    if product {
+        for mix in [NORMAL, FUTURE_AHEAD, MOSTLY_CLAIMED] {
+            claims.extend(claim_group(admin, scale, Design::Product, mix).await);
+        }
+        designs.push(Design::Product);
     }
-    for design in [Design::Base, Design::SkipScan] {
-        claims.extend(claim_group(admin, scale, design, FUTURE_AHEAD).await);
+    if rejected {
+        for design in [Design::Base, Design::SkipScan] {
+            claims.extend(claim_group(admin, scale, design, FUTURE_AHEAD).await);
+        }
+        claims
+            .extend(claim_group(admin, scale, Design::SkipScan, FUTURE_AHEAD_FEW_PRIORITIES).await);
+        designs.extend([Design::Base, Design::SkipScan]);
     }
-    claims.extend(claim_group(admin, scale, Design::SkipScan, FUTURE_AHEAD_FEW_PRIORITIES).await);
     let mut polls = Vec::new();
     for &size in &scale.sizes {
-        polls.extend(
-            poll_cases(
-                admin,
-                scale,
-                size,
-                &[Design::Product, Design::Base, Design::SkipScan],
-            )
-            .await,
-        );
+        polls.extend(poll_cases(admin, scale, size, &designs).await);
     }
-    Measured { claims, polls }
+    Measured {
+        claims,
+        polls,
+        rejected,
+    }
 }
 
 /// The claim, design and poll sections, and their targets.
@@ -55,7 +61,9 @@ pub fn report(report: &mut Report, measured: &Measured, scale: &Scale) {
     let small = scale.sizes[0];
     let large = scale.sizes[scale.sizes.len() - 1];
     claims_report(report, &measured.claims, small, large);
-    design_report(report, &measured.claims, &measured.polls, small, large);
+    if measured.rejected {
+        design_report(report, &measured.claims, &measured.polls, small, large);
+    }
     polls_report(report, &measured.polls);
 }
 
@@ -173,6 +181,9 @@ pub async fn claim_group(
         seed(admin, design, &schema, queue, size, &mix, unix_now()).await;
         tables.push((size, schema));
     }
+    // The seeding's dirty pages flushed now, not by a checkpoint during the
+    // measurement.
+    crate::exec(admin, "CHECKPOINT").await;
     progress(&format!(
         "claims: {} / {}: measuring",
         design.label(),

@@ -27,6 +27,16 @@ pub struct Work {
     pub sorts: Vec<String>,
     /// Rows the statements returned.
     pub rows: u64,
+    /// The server's execution time (EXPLAIN ANALYZE's `Execution Time`,
+    /// which includes the commit-free part of the statement: triggers and
+    /// the executor, not parse, plan, round trip or commit), in ms, summed.
+    pub exec_ms: f64,
+    /// The execution time of each statement of the path, in order.
+    pub exec_steps: Vec<f64>,
+    /// EXPLAIN's `Planning Time` summed (for `EXECUTE` of a prepared
+    /// statement: the plan cache lookup, and the planning when the cache
+    /// builds a custom plan for these values).
+    pub plan_ms: f64,
 }
 
 impl Work {
@@ -35,6 +45,9 @@ impl Work {
         self.steps.push(other.buffers);
         self.rows_removed += other.rows_removed;
         self.rows += other.rows;
+        self.exec_ms += other.exec_ms;
+        self.plan_ms += other.plan_ms;
+        self.exec_steps.push(other.exec_ms);
         for i in other.indexes {
             if !self.indexes.contains(&i) {
                 self.indexes.push(i);
@@ -62,6 +75,20 @@ impl Explainer {
         }
     }
 
+    /// An explainer whose session first runs `setup` (e.g. a `SET`).
+    pub async fn open_with(setup: &str) -> Self {
+        let explainer = Self::open().await;
+        if !setup.is_empty() {
+            explainer
+                .conn
+                .client
+                .batch_execute(setup)
+                .await
+                .unwrap_or_else(|e| panic!("{}", db_error(setup, &e)));
+        }
+        explainer
+    }
+
     /// Runs `stmts` in order: they execute for real (a claim takes its jobs)
     /// and their work is summed.
     pub async fn path(&mut self, stmts: &[Stmt]) -> Result<Work, String> {
@@ -81,10 +108,15 @@ impl Explainer {
                 }
             };
             let args = stmt.literals();
-            let explain = format!(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
-                args.join(", ")
-            );
+            // `EXECUTE name()` is a syntax error: no parentheses without values.
+            let explain = if args.is_empty() {
+                format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}")
+            } else {
+                format!(
+                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
+                    args.join(", ")
+                )
+            };
             let rows = self
                 .conn
                 .client
@@ -100,7 +132,10 @@ impl Explainer {
                 .ok_or("EXPLAIN returned no row")?;
             let plan: Value =
                 serde_json::from_str(&text).map_err(|e| format!("EXPLAIN output: {e}"))?;
-            total.add(work_of(&plan[0]["Plan"]));
+            let mut work = work_of(&plan[0]["Plan"]);
+            work.exec_ms = plan[0]["Execution Time"].as_f64().unwrap_or_default();
+            work.plan_ms = plan[0]["Planning Time"].as_f64().unwrap_or_default();
+            total.add(work);
         }
         Ok(total)
     }

@@ -1,45 +1,48 @@
-//! Benchmark: the engine's hot paths at scale, beside pg-boss, in one run on
-//! one server (the harness's throwaway PostgreSQL cluster, or
-//! `ALKSTORE_TEST_DATABASE_URL`).
+//! Benchmark: the engine's hot paths at scale, beside the floor queue,
+//! pg-boss 12 and graphile-worker 0.17, in one run on one server (the
+//! harness's throwaway PostgreSQL cluster, or `ALKSTORE_TEST_DATABASE_URL`),
+//! with `fsync` and `full_page_writes` set on for the run.
 //!
 //! ```text
 //! cargo bench -p alkstore-schema-tests --bench hot_paths
 //! ```
 //!
-//! In one run: claim p50/p99 and buffers per claim at each size, for every
-//! job mix, at 1 and 8 clients, for the product's design and the alternatives
-//! measured (`designs.rs`); a poll of a queue holding only not-yet-due jobs
-//! against a poll of an empty queue; an enqueue -> claim -> ack loop at 1 and
-//! 8 clients with batches of 1 and 10, beside pg-boss (its Node API, and its
-//! SQL through this driver); a churn run with default and tuned storage
-//! parameters. BENCHMARKS.md explains the figures.
+//! In one run (the default parts): claim p50/p99 and buffers per claim of the
+//! product at each size and job mix, at 1 and 8 clients, and polls of a queue
+//! holding only not-yet-due jobs (`claims`); the product's claim path beside
+//! the floor, the peers and the claim-path candidates at 1 and 8 clients
+//! with `synchronous_commit` off and on (`versus.rs`); the enqueue -> claim
+//! -> ack loop of every system at 8 clients, batches of 1 and 10, commit on
+//! and off (`loops`). Only when named: the rejected designs (a) and (c)
+//! (`rejected`, `designs.rs`) and the churn (`churn`). BENCHMARKS.md explains
+//! the figures.
 //!
 //! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
-//! under `cargo test --benches`) a tiny round exercises every part in
-//! seconds. `ALKSTORE_BENCH_SCALE=tiny|quick|full` picks a scale explicitly;
-//! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_LOOP_SECS`,
-//! `ALKSTORE_BENCH_CHURN_SECS` override parts of it;
-//! `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch) groups;
-//! `ALKSTORE_BENCH_ONLY=claims,loops,churn` runs only the parts named;
-//! `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime` picks the churn variants
-//! (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG` the churn's backlog;
-//! `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's maintenance step out
-//! of the loop; `ALKSTORE_BENCH_PGBOSS=skip` leaves pg-boss out (local runs
-//! only).
+//! under `cargo test --benches`) a tiny round exercises every part (about
+//! 100 s on 2 loaded cores, most of it installing and setting up the peers). `ALKSTORE_BENCH_SCALE=tiny|quick|full` picks a scale explicitly;
+//! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_VS_SIZES=1000000`,
+//! `ALKSTORE_BENCH_LOOP_SECS`, `ALKSTORE_BENCH_CHURN_SECS` override parts of
+//! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
+//! groups; `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,churn` runs
+//! only the parts named; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
+//! picks the churn variants (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG`
+//! the churn's backlog; `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's
+//! maintenance step out of the loop; `ALKSTORE_BENCH_FSYNC=keep` leaves the
+//! server's `fsync` as it is; `ALKSTORE_BENCH_PEERS=skip` leaves pg-boss and
+//! graphile-worker out (local runs only).
 
 mod churn;
 mod claims;
 mod designs;
 mod explain;
 mod latency;
-mod loops;
 mod maintenance;
-mod pgboss;
+mod peers;
 mod pool;
 mod product;
 mod report;
+mod versus;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::Client;
@@ -76,11 +79,21 @@ pub struct Scale {
     pub churn_sample: Duration,
     /// The churn variants compared (`ALKSTORE_BENCH_CHURN_VARIANTS`).
     pub churn_variants: Vec<String>,
-    /// The parts to run (`ALKSTORE_BENCH_ONLY`): all of them unless told.
+    /// The sizes of the comparison with the floor, the peers and the
+    /// candidates (`ALKSTORE_BENCH_VS_SIZES`).
+    pub vs_sizes: Vec<u64>,
+    /// Wall time of one cell's round in that comparison, at most.
+    pub vs_cell_time: Duration,
+    /// The parts to run (`ALKSTORE_BENCH_ONLY`): [`DEFAULT_PARTS`] unless told.
     pub parts: Vec<&'static str>,
 }
 
-const ALL_PARTS: [&str; 3] = ["claims", "loops", "churn"];
+const ALL_PARTS: [&str; 5] = ["claims", "rejected", "versus", "loops", "churn"];
+
+/// The parts of a run unless `ALKSTORE_BENCH_ONLY` names others: the
+/// rejected designs (a) and (c) and the churn (about 20 minutes more at full
+/// scale) run only when named.
+const DEFAULT_PARTS: [&str; 3] = ["claims", "versus", "loops"];
 
 /// The churn variants of a run unless `ALKSTORE_BENCH_CHURN_VARIANTS` names
 /// others. `naptime` and `naptime-unthrottled` change the server's
@@ -99,15 +112,17 @@ impl Scale {
             claim_time: Duration::from_secs(8),
             explain_warmup: 6,
             explain_runs: 5,
-            loop_time: Duration::from_secs(60),
-            loop_groups: vec![(1, 1), (1, 10), (8, 1), (8, 10)],
+            loop_time: Duration::from_secs(20),
+            loop_groups: vec![(8, 1), (8, 10)],
             churn_time: Duration::from_secs(300),
             churn_window: Duration::from_secs(60),
             churn_backlog: 1_000_000,
             churn_clients: 4,
             churn_sample: Duration::from_secs(10),
             churn_variants: DEFAULT_CHURN_VARIANTS.map(str::to_owned).to_vec(),
-            parts: ALL_PARTS.to_vec(),
+            vs_sizes: vec![100_000, 1_000_000],
+            vs_cell_time: Duration::from_secs(2),
+            parts: DEFAULT_PARTS.to_vec(),
         };
         match name {
             "full" => full,
@@ -116,8 +131,12 @@ impl Scale {
                 sizes: vec![10_000, 100_000],
                 claims_one: 300,
                 claims_eight: 40,
-                claim_time: Duration::from_secs(4),
-                loop_time: Duration::from_secs(5),
+                claim_time: Duration::from_secs(2),
+                explain_warmup: 6,
+                explain_runs: 3,
+                loop_time: Duration::from_secs(2),
+                vs_sizes: vec![50_000],
+                vs_cell_time: Duration::from_millis(500),
                 churn_time: Duration::from_secs(30),
                 churn_window: Duration::from_secs(10),
                 churn_backlog: 20_000,
@@ -139,6 +158,9 @@ impl Scale {
                 churn_backlog: 2_000,
                 churn_clients: 2,
                 churn_sample: Duration::from_secs(1),
+                vs_sizes: vec![5_000],
+                vs_cell_time: Duration::from_secs(1),
+                parts: ALL_PARTS.to_vec(),
                 ..full
             },
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
@@ -159,6 +181,17 @@ impl Scale {
                 })
                 .collect();
             scale.name.push_str(", sizes overridden");
+        }
+        if let Ok(sizes) = std::env::var("ALKSTORE_BENCH_VS_SIZES") {
+            scale.vs_sizes = sizes
+                .split(',')
+                .map(|s| {
+                    s.trim().parse().unwrap_or_else(|_| {
+                        panic!("ALKSTORE_BENCH_VS_SIZES: {s:?} is not a number of jobs")
+                    })
+                })
+                .collect();
+            scale.name.push_str(", comparison sizes overridden");
         }
         if let Some(secs) = env_secs("ALKSTORE_BENCH_LOOP_SECS") {
             scale.loop_time = secs;
@@ -240,7 +273,7 @@ fn main() {
 // ---------------------------------------------------------------------------
 // Helpers
 
-/// The workspace's `target/` (not `CARGO_TARGET_DIR`): where pg-boss is
+/// The workspace's `target/` (not `CARGO_TARGET_DIR`): where the peers are
 /// installed and the report written.
 pub fn workspace_target() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -307,65 +340,48 @@ async fn run(scale: Scale) {
         .unwrap_or_else(|e| panic!("{e}"))
         .get(0);
     let load_before = load_average();
+    let durable = Durability::enable(&admin).await;
 
-    // The peer first: a missing Node fails the run before the long parts.
-    let pgboss_wanted = match std::env::var("ALKSTORE_BENCH_PGBOSS").as_deref() {
+    // The peers first: a missing Node fails the run before the long parts.
+    let peers_wanted = match std::env::var("ALKSTORE_BENCH_PEERS").as_deref() {
         Ok("skip") => {
             assert!(
                 std::env::var_os("CI").is_none(),
-                "ALKSTORE_BENCH_PGBOSS=skip is for local runs only and is refused when CI is set"
+                "ALKSTORE_BENCH_PEERS=skip is for local runs only and is refused when CI is set"
             );
             eprintln!(
-                "\n!!!!!!!! ALKSTORE_BENCH_PGBOSS=skip: pg-boss is LEFT OUT of this run !!!!!!!!\n"
+                "\n!!!!!!!! ALKSTORE_BENCH_PEERS=skip: pg-boss and graphile-worker are LEFT OUT of this run !!!!!!!!\n"
             );
             false
         }
         Ok("") | Err(_) => true,
-        Ok(other) => panic!("ALKSTORE_BENCH_PGBOSS must be skip or unset, not {other:?}"),
+        Ok(other) => panic!("ALKSTORE_BENCH_PEERS must be skip or unset, not {other:?}"),
     };
-    let mut boss = None;
-    let mut boss_sql = None;
-    let boss_schema = harness::unique_schema("pgboss_bench");
     let runs = |part: &str| scale.parts.contains(&part);
-    if pgboss_wanted && runs("loops") {
+    let peers = if peers_wanted && (runs("versus") || runs("loops")) {
         progress(&format!(
-            "pg-boss {}: installing under target/",
-            pgboss::PGBOSS_VERSION
+            "peers: installing {} and {} under target/",
+            peers::PGBOSS_SPEC,
+            peers::GRAPHILE_SPEC
         ));
-        let installed = pgboss::install().unwrap_or_else(|e| panic!("pg-boss: {e}"));
-        installed
-            .setup(&boss_schema, &loops::queues(&scale.loop_groups))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let sql = installed
-            .sql(&boss_schema)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            sql.version, installed.version,
-            "the pg-boss SQL comes from another version than the one installed"
-        );
-        boss_sql = Some(Arc::new(sql));
-        boss = Some(installed);
-    }
+        Some(peers::install().unwrap_or_else(|e| panic!("peers: {e}")))
+    } else {
+        None
+    };
 
     let mut report = Report::default();
-    let measured_claims = if runs("claims") {
-        Some(claims::run(&mut admin, &scale).await)
+    let measured_claims = if runs("claims") || runs("rejected") {
+        Some(claims::run(&mut admin, &scale, runs("claims"), runs("rejected")).await)
+    } else {
+        None
+    };
+    let measured_versus = if runs("versus") {
+        Some(versus::run_claims(&mut admin, &scale, peers.as_ref()).await)
     } else {
         None
     };
     let measured_loops = if runs("loops") {
-        Some(
-            loops::run(
-                &mut admin,
-                &scale,
-                boss.as_ref(),
-                boss_sql.clone(),
-                &boss_schema,
-            )
-            .await,
-        )
+        Some(versus::run_loops(&mut admin, &scale, peers.as_ref()).await)
     } else {
         None
     };
@@ -374,34 +390,109 @@ async fn run(scale: Scale) {
     } else {
         None
     };
-
-    if boss.is_some() {
-        designs::drop_schema(&admin, &boss_schema).await;
-    }
+    durable.reset(&admin).await;
     let load_after = load_average();
 
     // ---- The report.
     report.para(&format!(
-        "PostgreSQL {version}, {} scale, one run. Load average (1, 5, 15 min) {load_before} \
+        "PostgreSQL {version}, {} scale, one run. {}. Load average (1, 5, 15 min) {load_before} \
          at the start, {load_after} at the end, on {} cores.{}",
         scale.name,
+        durable.describe(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        boss.as_ref()
-            .map_or(" pg-boss left out.".to_owned(), |b| format!(
-                " pg-boss {} on Node {}.",
-                b.version, b.node_version
-            ))
+        peers.as_ref().map_or(
+            " pg-boss and graphile-worker left out.".to_owned(),
+            |p| format!(
+                " pg-boss {} and graphile-worker {} on Node {}.",
+                p.pgboss_version, p.graphile_version, p.node_version
+            )
+        )
     ));
 
     if let Some(measured) = &measured_claims {
         claims::report(&mut report, measured, &scale);
     }
+    if let Some(measured) = &measured_versus {
+        versus::report_claims(&mut report, measured, &scale);
+    }
     if let Some(measured) = &measured_loops {
-        loops::report(&mut report, measured);
+        versus::report_loops(&mut report, measured);
     }
     if let Some(measured) = &measured_churn {
         churn::report(&mut report, measured, &scale);
     }
 
     report.finish("Hot paths: measured figures");
+}
+
+/// The server's durability for the run: `fsync` and `full_page_writes` on
+/// (the harness's throwaway cluster starts with them off), so a commit's
+/// flush is part of what `synchronous_commit = on` costs; reset after.
+struct Durability {
+    changed: bool,
+    fsync: String,
+    full_page_writes: String,
+}
+
+impl Durability {
+    async fn enable(admin: &Client) -> Self {
+        let show = |name: &'static str| async move {
+            admin
+                .query_one(&format!("SHOW {name}"), &[])
+                .await
+                .map(|r| r.get::<_, String>(0))
+                .unwrap_or_else(|e| panic!("{}", db_error(name, &e)))
+        };
+        let changed = match std::env::var("ALKSTORE_BENCH_FSYNC").as_deref() {
+            Ok("keep") => false,
+            Ok("") | Err(_) => {
+                // One statement per query: ALTER SYSTEM refuses a transaction block.
+                exec(admin, "ALTER SYSTEM SET fsync = on").await;
+                exec(admin, "ALTER SYSTEM SET full_page_writes = on").await;
+                exec(admin, "SELECT pg_reload_conf()").await;
+                // The reload is asynchronous: wait until this session sees it.
+                for _ in 0..50 {
+                    if show("fsync").await == "on" {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                true
+            }
+            Ok(other) => panic!("ALKSTORE_BENCH_FSYNC must be keep or unset, not {other:?}"),
+        };
+        let fsync = show("fsync").await;
+        if changed {
+            assert_eq!(
+                fsync, "on",
+                "fsync is still off after ALTER SYSTEM and a reload"
+            );
+        }
+        Self {
+            changed,
+            fsync,
+            full_page_writes: show("full_page_writes").await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "fsync {}, full_page_writes {}{}",
+            self.fsync,
+            self.full_page_writes,
+            if self.changed {
+                " (set by the benchmark for the run)"
+            } else {
+                " (the server's own)"
+            }
+        )
+    }
+
+    async fn reset(&self, admin: &Client) {
+        if self.changed {
+            exec(admin, "ALTER SYSTEM RESET fsync").await;
+            exec(admin, "ALTER SYSTEM RESET full_page_writes").await;
+            exec(admin, "SELECT pg_reload_conf()").await;
+        }
+    }
 }

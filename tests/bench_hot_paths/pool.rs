@@ -25,8 +25,14 @@ pub enum Param {
     Null,
     Text(String),
     Int(i64),
-    Json(serde_json::Value),
+    /// JSON already serialized, as node-postgres sends it: bound to a text
+    /// parameter (`$1::text::json`) or a json/jsonb one (`$1::json`).
+    JsonText(String),
     Uuids(Vec<Uuid>),
+    /// An integer array (`int[]`, `bigint[]`, `smallint[]`).
+    Ints(Vec<i64>),
+    /// A `bytea[]`.
+    Bytes(Vec<Vec<u8>>),
 }
 
 impl ToSql for Param {
@@ -48,8 +54,33 @@ impl ToSql for Param {
                 }
                 _ => Err(format!("cannot bind integer {v} to a {ty} parameter").into()),
             },
-            Param::Json(v) => v.to_sql_checked(ty, out),
+            Param::JsonText(s) => match *ty {
+                Type::JSON => {
+                    out.extend_from_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
+                Type::JSONB => {
+                    out.extend_from_slice(&[1]);
+                    out.extend_from_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
+                _ => s.as_str().to_sql_checked(ty, out),
+            },
             Param::Uuids(ids) => ids.to_sql_checked(ty, out),
+            Param::Ints(v) => match *ty {
+                Type::INT2_ARRAY => v
+                    .iter()
+                    .map(|i| i16::try_from(*i))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .to_sql(ty, out),
+                Type::INT4_ARRAY => v
+                    .iter()
+                    .map(|i| i32::try_from(*i))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .to_sql(ty, out),
+                _ => v.to_sql_checked(ty, out),
+            },
+            Param::Bytes(v) => v.to_sql_checked(ty, out),
         }
     }
 
@@ -69,7 +100,21 @@ impl Param {
             Param::Null => "NULL".to_owned(),
             Param::Text(s) => quote_literal(s),
             Param::Int(v) => v.to_string(),
-            Param::Json(v) => quote_literal(&v.to_string()),
+            Param::JsonText(s) => quote_literal(s),
+            Param::Bytes(v) => {
+                let list: Vec<String> = v
+                    .iter()
+                    .map(|b| {
+                        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                        format!("'\\x{hex}'::bytea")
+                    })
+                    .collect();
+                format!("ARRAY[{}]::bytea[]", list.join(", "))
+            }
+            Param::Ints(v) => {
+                let list: Vec<String> = v.iter().map(i64::to_string).collect();
+                format!("'{{{}}}'", list.join(","))
+            }
             Param::Uuids(ids) => {
                 let list: Vec<String> = ids.iter().map(|u| format!("'{u}'")).collect();
                 format!("ARRAY[{}]::uuid[]", list.join(", "))
@@ -151,6 +196,17 @@ impl Conn {
         }
     }
 
+    /// A connection with `synchronous_commit` set for the session.
+    pub async fn open_sync(sync: Commit) -> Self {
+        let conn = Self::open().await;
+        let sql = format!("SET synchronous_commit TO {}", sync.setting());
+        conn.client
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{}", db_error(&sql, &e)));
+        conn
+    }
+
     async fn prepared(&mut self, stmt: &Stmt) -> Result<Statement, tokio_postgres::Error> {
         if let Some(p) = self.prepared.get(stmt.sql()) {
             return Ok(p.clone());
@@ -193,6 +249,22 @@ impl Conn {
                 .map(|(p, a)| client.query(p, a.as_slice())),
         )
         .await
+    }
+}
+
+/// `synchronous_commit` for a client's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    Off,
+    On,
+}
+
+impl Commit {
+    pub fn setting(self) -> &'static str {
+        match self {
+            Commit::Off => "off",
+            Commit::On => "on",
+        }
     }
 }
 
