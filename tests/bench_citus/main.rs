@@ -52,13 +52,15 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use harness::bench::{env_number, load_averages, queue_opts as opts, unix_now};
 
 use hdrhistogram::Histogram;
 use schema_gen::render::quote_literal;
 use schema_gen::statements::{Session, Statement, jobs};
 use schema_gen::{Options, bootstrap_with};
-use schema_model::{Job, Layout, QueueOpts, SchemaName};
+use schema_model::{Job, Layout, SchemaName};
 use serde_json::Value;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -78,19 +80,11 @@ impl Scale {
             "tiny" => (20, 0.6),
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny or full, not {other:?}"),
         };
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let parse = |name: &str, v: String| -> f64 {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}"))
-        };
         Scale {
-            samples: var("ALKSTORE_BENCH_SAMPLES")
-                .map_or(samples, |v| parse("ALKSTORE_BENCH_SAMPLES", v) as usize)
+            samples: env_number("ALKSTORE_BENCH_SAMPLES")
+                .map_or(samples, |v| v as usize)
                 .max(1),
-            phase: Duration::from_secs_f64(
-                var("ALKSTORE_BENCH_PHASE_SECS")
-                    .map_or(secs, |v| parse("ALKSTORE_BENCH_PHASE_SECS", v)),
-            ),
+            phase: Duration::from_secs_f64(env_number("ALKSTORE_BENCH_PHASE_SECS").unwrap_or(secs)),
             name,
         }
     }
@@ -101,26 +95,8 @@ const CLIENTS: usize = 8;
 /// The loop's rounds per target (its time split between them).
 const ROUNDS: u32 = 3;
 
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
 fn load_now() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-fn opts() -> QueueOpts {
-    QueueOpts {
-        visibility_timeout_s: 300,
-        max_attempts: 25,
-        backoff_base_s: 10,
-        dead_letter_retention_s: 604_800,
-    }
+    load_averages().map_or_else(|| "?".to_owned(), |[one, _, _]| one)
 }
 
 fn job(queue: &str, now: i64) -> Job {

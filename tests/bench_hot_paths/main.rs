@@ -43,7 +43,7 @@ mod product;
 mod report;
 mod versus;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
@@ -282,11 +282,7 @@ pub fn workspace_target() -> std::path::PathBuf {
         .join("target")
 }
 
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
+pub use harness::bench::unix_now;
 
 pub static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
@@ -304,9 +300,7 @@ pub async fn exec(client: &Client, sql: &str) {
 }
 
 pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_owned())
+    harness::bench::load_averages().map_or_else(|| "unknown".to_owned(), |l| l.join(" "))
 }
 
 pub fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {

@@ -5,7 +5,7 @@
 //! hand-written, and it fills `ready` the way enqueue does (`run_at <= now`).
 
 use schema_gen::statements::{CLAIM_PATH, FromRow, jobs};
-use schema_model::{Job, QueueOpts, SchemaName, TableModel};
+use schema_model::{Job, SchemaName, TableModel};
 
 use crate::pool::Stmt;
 
@@ -63,15 +63,7 @@ pub fn claim_path_names() -> Vec<String> {
     CLAIM_PATH.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// The queue options stamped on every benchmark job.
-fn opts() -> QueueOpts {
-    QueueOpts {
-        visibility_timeout_s: 300,
-        max_attempts: 25,
-        backoff_base_s: 10,
-        dead_letter_retention_s: 604_800,
-    }
-}
+use harness::bench::queue_opts as opts;
 
 /// Enqueues `payloads`, one job each, due at `run_at`, as an engine sends
 /// them: one job with [`jobs::enqueue`], a batch with [`jobs::enqueue_many`]

@@ -50,7 +50,9 @@ mod seed;
 mod watch;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use harness::bench::env_number;
 
 use schema_gen::upgrade::{self, Progress, UpgradeOptions};
 use schema_model::SchemaName;
@@ -81,33 +83,29 @@ impl Scale {
             "tiny" => (3_000, 0.5),
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
         };
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let parse = |name: &str, v: String| -> f64 {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}"))
-        };
-        let jobs =
-            var("ALKSTORE_BENCH_JOBS").map_or(jobs, |v| parse("ALKSTORE_BENCH_JOBS", v) as u64);
-        let clients = var("ALKSTORE_BENCH_CLIENTS")
-            .map_or(8, |v| parse("ALKSTORE_BENCH_CLIENTS", v) as usize)
+        let jobs = env_number("ALKSTORE_BENCH_JOBS").map_or(jobs, |v| v as u64);
+        let clients = env_number("ALKSTORE_BENCH_CLIENTS")
+            .map_or(8, |v| v as usize)
             .max(1);
-        let secs = var("ALKSTORE_BENCH_PHASE_SECS")
-            .map_or(secs, |v| parse("ALKSTORE_BENCH_PHASE_SECS", v));
-        let parts = var("ALKSTORE_BENCH_ONLY").map_or_else(
-            || vec!["online".to_owned(), "naive".to_owned()],
-            |v| {
-                v.split(',')
-                    .map(|p| {
-                        let p = p.trim().to_owned();
-                        assert!(
-                            p == "online" || p == "naive",
-                            "ALKSTORE_BENCH_ONLY names online and naive, not {p:?}"
-                        );
-                        p
-                    })
-                    .collect()
-            },
-        );
+        let secs = env_number("ALKSTORE_BENCH_PHASE_SECS").unwrap_or(secs);
+        let parts = std::env::var("ALKSTORE_BENCH_ONLY")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map_or_else(
+                || vec!["online".to_owned(), "naive".to_owned()],
+                |v| {
+                    v.split(',')
+                        .map(|p| {
+                            let p = p.trim().to_owned();
+                            assert!(
+                                p == "online" || p == "naive",
+                                "ALKSTORE_BENCH_ONLY names online and naive, not {p:?}"
+                            );
+                            p
+                        })
+                        .collect()
+                },
+            );
         Scale {
             name,
             jobs,
@@ -118,11 +116,7 @@ impl Scale {
     }
 }
 
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
+pub use harness::bench::unix_now;
 
 fn main() {
     let bench_flag = std::env::args().any(|a| a == "--bench");

@@ -4,6 +4,7 @@
 //! The PostgreSQL part lives in [`pg`] and is re-exported here, so tests write
 //! `harness::connect().await`.
 
+pub mod bench;
 pub mod citus;
 pub mod cli;
 pub mod clickhouse;
