@@ -361,7 +361,9 @@ where
     let mut out: Vec<Option<Vec<T>>> = (0..WORKERS).map(|_| None).collect();
     let row_waits = |monitor: tokio::task::JoinHandle<Vec<String>>| async move {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        monitor.await.unwrap_or_default()
+        monitor
+            .await
+            .unwrap_or_else(|e| panic!("the lock-wait monitor failed: {e}"))
     };
     let mut failure = None;
     while let Some(done) = tasks.join_next().await {

@@ -473,6 +473,20 @@ pub fn create_indexes<T: TableModel>(
         .collect()
 }
 
+/// `VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE)` of a table of
+/// `schema`: the engine's maintenance step
+/// ([`jobs::vacuum`](crate::statements::jobs::vacuum), whose docs give the
+/// reasons) and the vacuum after an upgrade's backfill. sea-query has no
+/// `VACUUM` builder, so the text is written here, the names quoted by
+/// [`quote_ident`].
+pub fn vacuum_statement(schema: &SchemaName, table: &str) -> String {
+    format!(
+        "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}.{}",
+        quote_ident(schema.as_str()),
+        quote_ident(table)
+    )
+}
+
 /// Quotes an identifier for PostgreSQL (always quoted, `"` doubled), with
 /// `postgres-protocol`'s port of libpq's `PQescapeIdentifier`.
 ///

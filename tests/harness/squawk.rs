@@ -149,6 +149,14 @@ pub fn lint(sql: &str, name: &str, pg_version: &str) -> Vec<Finding> {
         .unwrap_or_else(|e| panic!("running squawk: {e}"));
     let _ = std::fs::remove_file(&file);
     let text = String::from_utf8_lossy(&out.stdout);
+    // A clean file may print no report at all; a squawk that failed to run
+    // (a refused flag, a crash) must not read as "no findings".
+    assert!(
+        text.contains('[') || out.status.success(),
+        "squawk failed on {name} ({}) without a report: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json = text
         .find('[')
         .and_then(|start| text.rfind(']').map(|end| &text[start..=end]))

@@ -779,16 +779,10 @@ pub fn expire(schema: &SchemaName, now: i64, limit: u32) -> Statement {
 /// assert!(s.params().is_empty());
 /// ```
 pub fn vacuum(schema: &SchemaName) -> Statement {
-    // sea-query has no VACUUM builder: the text is written here, with the
-    // names quoted by the same function the DDL uses.
     Statement::new(
         Definition {
             name: "vacuum",
-            sql: format!(
-                "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}.{}",
-                crate::render::quote_ident(schema.as_str()),
-                crate::render::quote_ident(Jobs::TABLE.as_str()),
-            ),
+            sql: crate::render::vacuum_statement(schema, Jobs::TABLE.as_str()),
             params: Vec::new(),
         },
         values([]),

@@ -404,11 +404,11 @@ pub fn all_for(schema: &SchemaName, layout: schema_model::Layout) -> Vec<Stateme
     statements
         .into_iter()
         .flat_map(|statement| match statement.name() {
-            "lock_acquire" => vec![
+            <locks::Acquire<'_> as Call>::NAME => vec![
                 locks::clear_lapsed(schema, "", now),
                 locks::acquire_free(schema, "", "", 0),
             ],
-            "stream_read_in_commit_order" => vec![
+            <streams::ReadInCommitOrder<'_> as Call>::NAME => vec![
                 streams::commit_horizon(),
                 streams::read_in_commit_order_below(schema, "", 0, limit, 0),
             ],

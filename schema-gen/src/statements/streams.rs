@@ -269,7 +269,7 @@ pub fn commit_horizon() -> Statement {
     build("commit_horizon", |_| {
         Query::select()
             .expr_as(
-                Expr::cust("pg_snapshot_xmin(pg_current_snapshot())")
+                snapshot_horizon()
                     .cast_as(Alias::new("text"))
                     .cast_as(Alias::new("bigint")),
                 Alias::new(HORIZON),
@@ -280,6 +280,12 @@ pub fn commit_horizon() -> Statement {
 
 /// The column [`commit_horizon`] returns.
 const HORIZON: &str = "horizon";
+
+/// The oldest transaction still running for this session's snapshot: an
+/// event whose `tx_id` is below it has committed or never will.
+fn snapshot_horizon() -> Expr {
+    Expr::cust("pg_snapshot_xmin(pg_current_snapshot())")
+}
 
 fn commit_order_read(
     name: &'static str,
@@ -305,7 +311,7 @@ fn commit_order_read(
             b.col(StreamOffsets::Offset, offset),
         ]);
         let below = match horizon {
-            None => Expr::cust("pg_snapshot_xmin(pg_current_snapshot())"),
+            None => snapshot_horizon(),
             // bigint first, so the server never infers the placeholder
             // as text; xid8 has no cast from bigint but its text form.
             Some(horizon) => cast(

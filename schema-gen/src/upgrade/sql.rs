@@ -188,10 +188,7 @@ pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Ste
 /// ([`jobs::vacuum`](crate::statements::jobs::vacuum), whose reasons its
 /// docs give), for any table a backfill rewrote.
 pub fn vacuum(schema: &SchemaName, table: &str) -> String {
-    format!(
-        "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE) {}",
-        qualified(schema, table)
-    )
+    crate::render::vacuum_statement(schema, table)
 }
 
 /// `DROP INDEX CONCURRENTLY IF EXISTS`: also what clears the invalid

@@ -87,9 +87,7 @@ pub async fn status(
     })?;
     let mut status = of(&locate(&live, schema, &history), schema);
     let placed = crate::citus::differences(client, schema, options, live.schema.is_some()).await?;
-    if !placed.is_empty() {
-        status.differences.extend(placed);
-    }
+    status.differences.extend(placed);
     Ok(status)
 }
 
