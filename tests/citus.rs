@@ -702,8 +702,9 @@ fn check_catches_a_wrongly_distributed_family_and_apply_refuses_it() {
     }
     let url = cluster().coordinator_url();
     let rt = harness::cli::runtime();
-    // The single-server DDL on the coordinator: plain tables, then two
-    // distributed by hand the way the layout does not.
+    // The single-server DDL on the coordinator: plain tables, then three
+    // distributed by hand the way the layout does not (a single-shard
+    // table too, but in a group of its own, not the schema's).
     let schema = rt.block_on(async {
         let client = cluster().connect_coordinator().await;
         let schema = engine_schema(&client, "citus_wrong").await;
@@ -711,7 +712,8 @@ fn check_catches_a_wrongly_distributed_family_and_apply_refuses_it() {
             &client,
             &format!(
                 "SELECT create_distributed_table('\"{schema}\".locks', 'name', colocate_with => 'none'); \
-                 SELECT create_reference_table('\"{schema}\".schedules')"
+                 SELECT create_reference_table('\"{schema}\".schedules'); \
+                 SELECT create_distributed_table('\"{schema}\".dead_jobs', NULL, colocate_with => 'none')"
             ),
         )
         .await;
@@ -741,6 +743,7 @@ fn check_catches_a_wrongly_distributed_family_and_apply_refuses_it() {
         format!("schema {schema} is not a distributed schema, layout citus says it is one"),
         "locks is a hash-distributed table on column name".to_owned(),
         "schedules is a reference table".to_owned(),
+        "dead_jobs is a single-shard table (colocation group".to_owned(),
         "jobs is a local table (not distributed)".to_owned(),
     ] {
         assert!(
