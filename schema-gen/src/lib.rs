@@ -42,6 +42,7 @@ pub use schema_model::SchemaName;
 
 pub mod bootstrap;
 pub mod catalog;
+pub mod check;
 pub mod citus;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -56,8 +57,10 @@ pub mod render;
 pub mod statements;
 pub mod upgrade;
 pub mod verify;
+pub mod versions;
 
 pub use bootstrap::{Outcome, bootstrap, bootstrap_with};
+pub use check::{verify, verify_with};
 pub use error::{Error, ErrorKind};
 pub use options::Options;
-pub use verify::{Difference, verify, verify_with};
+pub use verify::Difference;

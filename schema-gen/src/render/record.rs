@@ -24,7 +24,7 @@ fn table(schema: &SchemaName) -> (Alias, SchemaVersions) {
 /// by its shape): started, expanded and contracted now, by `release`.
 ///
 /// ```
-/// use schema_gen::upgrade::record;
+/// use schema_gen::render::record;
 /// use schema_model::SchemaName;
 ///
 /// assert_eq!(
@@ -63,7 +63,7 @@ pub fn reached(schema: &SchemaName, version: u32, release: &str) -> String {
 /// re-running the script never rewrites a database's history.
 ///
 /// ```
-/// use schema_gen::upgrade::record;
+/// use schema_gen::render::record;
 /// use schema_model::SchemaName;
 ///
 /// let sql = record::created(&SchemaName::new("s").unwrap());
