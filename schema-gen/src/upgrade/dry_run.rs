@@ -11,9 +11,10 @@
 //! when the script stops, print it again (the steps already done are left
 //! out) and rerun it, or let `schema-gen upgrade` do the retrying.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use schema_model::SchemaName;
+use schema_model::{SchemaName, SchemaVersions, TableModel};
 
 use super::walk::{Backend, walk};
 use super::{StepBounds, UpgradeOptions};
@@ -22,7 +23,7 @@ use crate::error::Error;
 use crate::options::Bounds;
 use crate::render::{self, AdvisoryLock, quote_ident, quote_literal};
 use crate::versions::done::done;
-use crate::versions::{Itinerary, Record, Span, Step, Verdict, Wait, Work};
+use crate::versions::{Action, Itinerary, Record, Span, Step, Verdict, Wait, Work};
 
 /// What a dry run found: where the database stands, and the steps and
 /// script that would move it.
@@ -67,6 +68,7 @@ pub(super) async fn print(
         options,
         out: String::new(),
         steps: Vec::new(),
+        created: BTreeSet::new(),
     };
     let key = AdvisoryLock::Upgrade.key(schema);
     let _ = writeln!(
@@ -106,6 +108,19 @@ struct Printer<'a> {
     options: &'a UpgradeOptions,
     out: String,
     steps: Vec<Step>,
+    /// The tables earlier legs create: the executor reads the catalog again
+    /// before each step and finds them, the printer has one read, so it
+    /// remembers them (a database recognised by its shape gets the version
+    /// table from its first leg, before the step of the version that adds it).
+    created: BTreeSet<String>,
+}
+
+impl Printer<'_> {
+    /// Whether the catalog, as it will be when the step runs, shows it done.
+    fn done(&self, step: &Step) -> bool {
+        done(step, self.live)
+            || (step.action == Action::CreateTable && self.created.contains(&step.table))
+    }
 }
 
 impl Printer<'_> {
@@ -133,6 +148,9 @@ impl Printer<'_> {
 
 impl Backend for Printer<'_> {
     async fn record(&mut self, record: Record, statements: &[String]) -> Result<(), Error> {
+        if let Record::Recognised { .. } = record {
+            self.created.insert(SchemaVersions::table_name());
+        }
         self.transaction(&record.describe(), statements, Wait::Brief);
         Ok(())
     }
@@ -151,11 +169,14 @@ impl Backend for Printer<'_> {
             step.describe(),
             step.lock().pg_mode().unwrap_or("nothing that exists")
         );
-        if done(step, self.live) {
+        if self.done(step) {
             let _ = writeln!(self.out, "-- {title}: already done.\n");
             return Ok(());
         }
         self.steps.push(step.clone());
+        if step.action == Action::CreateTable {
+            self.created.insert(step.table.clone());
+        }
         match work {
             Work::Transaction(statements) => {
                 self.transaction(&title, statements, step.execution().wait);
