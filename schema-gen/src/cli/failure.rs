@@ -15,9 +15,9 @@
 //! `kind` is one of [`Failure::kind`]'s names; `schema` is the schema the
 //! command was about (null before it was validated); `sqlstate` is the
 //! server's error code when the server said one (null otherwise); `done` is
-//! what an upgrade had done before it failed (null for every other
-//! command): steps run and skipped, backfill batches and their rows,
-//! version phases recorded. Keys are only ever added.
+//! what an upgrade had done when it failed, once it had started its steps
+//! (steps run and skipped, backfill batches and their rows, version phases
+//! recorded), null otherwise. Keys are only ever added.
 
 use std::io::Write;
 use std::process::ExitCode;
