@@ -291,10 +291,13 @@ async fn every_shipped_version_reaches_the_model_keeping_every_row() {
             found.message
         );
         // An engine of this release does not open it, and changes nothing.
+        // Versions before the version table are recognised by their shape;
+        // the later ones by their rows.
+        let by_shape = version < history::FIRST_RECORDED_VERSION;
         let err = bootstrap(&mut client, &schema).await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::OlderVersion { found, recognised: true, model, .. }
-                if *found == version && *model == MODEL_VERSION),
+            matches!(err.kind(), ErrorKind::OlderVersion { found, recognised, model, .. }
+                if *found == version && *recognised == by_shape && *model == MODEL_VERSION),
             "v{version}: {err}"
         );
         assert!(

@@ -27,7 +27,7 @@ use crate::options::Bounds;
 use crate::options::Options;
 
 use table::Renderer;
-pub use table::{create_indexes, create_table};
+pub use table::{create_index, create_indexes, create_table};
 
 /// What a bootstrap statement creates or documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

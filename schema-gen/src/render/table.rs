@@ -3,13 +3,13 @@
 //! rendered with sea-query's `PostgresQueryBuilder` from the typed model.
 
 use sea_query::{
-    Alias, Check, ColumnDef, Condition, ConditionalStatement, Expr, ExprTrait, Index,
+    Alias, Check, ColumnDef, Condition, ConditionalStatement, Expr, ExprTrait, Func, Index,
     IndexCreateStatement, IndexOrder, PostgresQueryBuilder, Table, TableCreateStatement,
 };
 
 use schema_model::{
-    CheckRule, ColumnDefault, IndexPredicate, Order, SchemaName, SqlType, StorageParameter,
-    TableModel, TableVisitor,
+    CheckRule, ColumnDefault, IndexDef, IndexExpression, IndexKey, IndexPredicate, Order,
+    SchemaName, SqlType, StorageParameter, TableModel, TableVisitor,
 };
 
 use super::{Statement, StatementKind, TABLE_ACCESS_METHOD, quote_ident, quote_literal};
@@ -168,25 +168,47 @@ pub fn create_indexes<T: TableModel>(
     schema: &SchemaName,
 ) -> Vec<(&'static str, IndexCreateStatement)> {
     T::indexes()
-        .into_iter()
-        .map(|index| {
-            let mut create = Index::create();
-            create
-                .if_not_exists()
-                .name(index.name)
-                .table(table_ref::<T>(schema));
-            for (column, order) in index.keys {
-                match order {
-                    Order::Asc => create.col(column),
-                    Order::Desc => create.col((column, IndexOrder::Desc)),
-                };
-            }
-            for condition in index.predicate.map(index_conditions).unwrap_or_default() {
-                create.and_where(condition);
-            }
-            (index.name, create)
-        })
+        .iter()
+        .map(|index| (index.name, create_index(schema, index)))
         .collect()
+}
+
+/// The `CREATE [UNIQUE] INDEX IF NOT EXISTS` statement of one index of
+/// table `T`: its keys (columns and expressions), and its `WHERE` clause.
+pub fn create_index<T: TableModel>(
+    schema: &SchemaName,
+    index: &IndexDef<T>,
+) -> IndexCreateStatement {
+    let mut create = Index::create();
+    create
+        .if_not_exists()
+        .name(index.name)
+        .table(table_ref::<T>(schema));
+    if index.unique {
+        create.unique();
+    }
+    for key in &index.keys {
+        let order = |order: Order| match order {
+            Order::Asc => IndexOrder::Asc,
+            Order::Desc => IndexOrder::Desc,
+        };
+        match *key {
+            IndexKey::Column(column, Order::Asc) => create.col(column),
+            IndexKey::Column(column, descending) => create.col((column, order(descending))),
+            IndexKey::Expression(IndexExpression::Lower(column), direction) => {
+                create.col((Func::lower(Expr::col(column)), order(direction)))
+            }
+        };
+    }
+    for condition in index
+        .predicate
+        .clone()
+        .map(index_conditions)
+        .unwrap_or_default()
+    {
+        create.and_where(condition);
+    }
+    create
 }
 
 /// Puts each column and constraint of a one-line `CREATE TABLE` on its own
