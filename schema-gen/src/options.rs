@@ -1,5 +1,5 @@
 //! [`Options`]: the bounds that [`bootstrap_with`](crate::bootstrap::bootstrap_with)
-//! and [`verify_with`](crate::verify::verify_with) run under, and the
+//! and [`verify_with`](crate::check::verify_with) run under, and the
 //! [`Layout`] they create and verify.
 
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// [`DEFAULT_LOCK_TIMEOUT`](DEFAULT_LOCK_TIMEOUT), 5 s:
+    /// [`DEFAULT_LOCK_TIMEOUT`], 5 s:
     /// the same bound the printed script sets.
     fn default() -> Self {
         Self {

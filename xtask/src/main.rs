@@ -26,7 +26,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut root = manifest_dir.parent().unwrap_or(&manifest_dir).to_owned();
     let mut lock = true;
     let mut command = None;
     let mut rest = args.iter();

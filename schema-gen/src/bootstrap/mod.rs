@@ -33,15 +33,15 @@
 //!
 //! 1. bounds every lock wait to [`Options::lock_timeout`] and every statement
 //!    to that plus [`STATEMENT_ALLOWANCE`](crate::options::STATEMENT_ALLOWANCE)
-//!    ([`render::bounds_statement`], `SET LOCAL`), and takes the transaction-scoped advisory
-//!    lock keyed on the schema name ([`render::advisory_lock_statement`]),
+//!    ([`render::bounds_statement`](crate::render::bounds_statement), `SET LOCAL`), and takes the transaction-scoped advisory
+//!    lock keyed on the schema name ([`render::advisory_lock_statement`](crate::render::advisory_lock_statement)),
 //!    the same lock the printed script takes, so concurrent bootstraps and
 //!    script runs of one schema take turns (concurrent `IF NOT EXISTS` DDL is
 //!    not race-safe in PostgreSQL);
 //! 2. reads the catalog again under the lock: another session may have
 //!    created the schema meanwhile (then it is [`Outcome::AlreadyCurrent`])
 //!    or something may have drifted (then it refuses);
-//! 3. runs the statements of [`render::bootstrap_statements`], the one
+//! 3. runs the statements of [`render::bootstrap_statements`](crate::render::bootstrap_statements), the one
 //!    rendering function, for the objects that are missing: the schema if it
 //!    is missing, and each missing table with its indexes and comments.
 //!    Existing objects are never touched, so no DDL reaches a table that
@@ -55,7 +55,7 @@
 //! 5. commits. Any failure rolls everything back.
 //!
 //! Comments are documentation: a comment that differs from the model is
-//! reported by [`verify`](crate::verify::verify) (and `schema-gen check`) but
+//! reported by [`verify`](crate::check::verify) (and `schema-gen check`) but
 //! never makes bootstrap refuse or issue DDL; re-running the printed script
 //! refreshes comments.
 

@@ -1,7 +1,7 @@
 //! The live catalog of one schema, read in one round trip.
 //!
 //! [`read`] sends one simple query ([`batch`]): the bounds of
-//! [`render::bounds_statement`] (`SET LOCAL lock_timeout`, `SET LOCAL
+//! [`render::bounds_statement`](crate::render::bounds_statement) (`SET LOCAL lock_timeout`, `SET LOCAL
 //! statement_timeout`) followed by one `SELECT` ([`statement`]) that builds a
 //! JSON document of everything in the schema from `pg_catalog`, and decodes
 //! it. The statements of one simple query run as one implicit transaction,

@@ -7,7 +7,7 @@
 //! layout, the question about the node and the family's distribution
 //! ([`crate::citus::statement`]) in the same query. Then, with no further
 //! I/O, it refuses a node that cannot take the layout, judges where the
-//! database stands ([`crate::versions::verdict`]) and compares the family's
+//! database stands ([`crate::versions::verdict()`]) and compares the family's
 //! placement with the layout. [`status`] words that for `schema-gen check`;
 //! [`verify_with`] lists the plain differences from the model.
 

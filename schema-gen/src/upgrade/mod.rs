@@ -10,7 +10,7 @@
 //! database they created is recognised by its exact shape). Every engine
 //! reads the rows at open, in the same single round trip as the catalog
 //! ([`crate::catalog`]), and works when its version lies between the newest
-//! contracted and the newest expanded version ([`crate::versions::verdict`]).
+//! contracted and the newest expanded version ([`crate::versions::verdict()`]).
 //!
 //! # Expand, then contract
 //!
@@ -60,8 +60,8 @@
 //! # One loop, two back ends
 //!
 //! What to run is decided below this module, without I/O: where the
-//! database stands ([`crate::versions::verdict`]) and the legs that move
-//! it, in order ([`Itinerary`]). [`walk`] goes through the legs once per run
+//! database stands ([`crate::versions::verdict()`]) and the legs that move
+//! it, in order ([`Itinerary`]). `walk` goes through the legs once per run
 //! with one of two back ends: the executor runs them ([`upgrade`],
 //! [`contract`]); the printer writes them as a psql script ([`dry_run`]).
 //! Both take every bound from [`UpgradeOptions::bounds`], so what the dry

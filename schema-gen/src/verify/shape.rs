@@ -1,5 +1,5 @@
 //! The catalog PostgreSQL would report for a schema holding exactly some
-//! tables: what [`super::compare`] finds no difference in, and how the
+//! tables: what [`compare`](super::compare) finds no difference in, and how the
 //! planner and the tests hold two shapes against each other.
 
 use schema_model::history::MODEL_VERSION;
@@ -14,7 +14,7 @@ use crate::render::SCHEMA_DOC;
 
 /// The catalog PostgreSQL would report for a schema holding exactly `tables`
 /// (their columns, indexes, constraints, storage parameters, comments and
-/// identity sequences), with the schema's own comment: what [`compare`]
+/// identity sequences), with the schema's own comment: what [`compare`](super::compare)
 /// finds no difference in. Upgrade planning compares the shapes of two
 /// versions through it.
 pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatalog {

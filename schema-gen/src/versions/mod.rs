@@ -9,7 +9,7 @@
 //! - [`simulate`]: the shape simulator (what steps make of a shape);
 //! - [`sql`]: each step's SQL, by how it is sent ([`Work`]);
 //! - [`done`]: whether the catalog shows a step done;
-//! - [`verdict`]: where a database stands, judged once ([`Verdict`]);
+//! - [`mod@verdict`]: where a database stands, judged once ([`Verdict`]);
 //! - [`itinerary`]: what an upgrade or a contract does from there, in
 //!   order ([`Itinerary`]), which the executor runs and the dry run prints.
 

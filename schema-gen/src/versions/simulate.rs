@@ -1,7 +1,7 @@
 //! The shape simulator: what a database looks like once steps have run,
 //! computed on descriptions. The planner checks each plan with it (the steps
 //! must reach the next version exactly), and the verdict computes the shapes
-//! an upgrade under way may have left ([`super::verdict`]).
+//! an upgrade under way may have left ([`super::verdict()`]).
 
 use schema_model::TableDescription;
 

@@ -55,13 +55,18 @@
 //! 4. `cargo test --workspace`, then review the snapshot diffs and move the
 //!    `.snap.new` files over: the DDL (`ddl_alkstore`, `ddl_alkstore_citus`,
 //!    `ddl_tenant_42`), the description (`describe_json`,
-//!    `describe_markdown`) and the live catalog (`pg_live_catalog`); the
-//!    statements' only if a statement changed.
+//!    `describe_markdown`), the live catalog (`pg_live_catalog`) and the
+//!    version `check` names for a missing schema (`check_json_missing_schema`);
+//!    the statements' only if a statement changed.
 //!
 //! The files a version touches, then: 7 written by the command (the 3
 //! frozen texts, this file, the next version's hints file, `Cargo.toml`,
 //! `Cargo.lock`), 1 or 2 by hand (the table's file, and the hints when the
-//! change needs one), and 6 snapshots the tests regenerate for review. No
+//! change needs one), and 7 snapshots the tests regenerate for review (a
+//! new column also needs its field in the table's value shape, and the
+//! statements that write it). Tried on a copy of this repository: `cargo
+//! xtask ship-version`, then an index added to `jobs`, took exactly these
+//! files, and every test that names no snapshot passed unchanged. No
 //! test, doc-test or README names the current version: they read
 //! [`MODEL_VERSION`] and [`versions`]. A version shipped without its pins
 //! fails the pin test, which prints the line to paste; a shipped text that

@@ -6,7 +6,7 @@
 //! previous release needed).
 //!
 //! Planning is pure: it reads two descriptions and returns steps
-//! ([`tables`] walks them). It also checks itself: the simulator
+//! (`tables.rs` walks them). It also checks itself: the simulator
 //! ([`super::simulate`]) applies the steps to the older description, which
 //! must then be exactly the newer one, or planning fails, so a model change
 //! the planner cannot carry online is refused when the plan is made (by a
