@@ -81,6 +81,6 @@ impl Build for Claim<'_> {
                 ConsumedEvents::EventId,
                 ConsumedEvents::ConsumedAt,
             ]))
-            .to_owned()
+            .take()
     }
 }

@@ -104,6 +104,6 @@ impl Build for Sweep {
             .from_table(table::<DeadJobs>(schema))
             .and_where(any_of(DeadJobs::Id, lapsed))
             .returning(Query::returning().columns(dead_job_columns()))
-            .to_owned()
+            .take()
     }
 }

@@ -81,7 +81,7 @@ pub(crate) fn values_of<T: Build>(call: &T) -> PostgresValues {
 ///             .from_table(table::<Locks>(schema))
 ///             .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, self.name)))
 ///             // ...
-///             .to_owned()
+///             .take()
 ///     }
 /// }
 /// ```

@@ -95,7 +95,7 @@ impl Build for Acquire<'_> {
                     .to_owned(),
             )
             .returning(returning_lock())
-            .to_owned()
+            .take()
     }
 }
 
@@ -152,7 +152,7 @@ impl Build for ClearLapsed<'_> {
             .from_table(table::<Locks>(schema))
             .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, self.name)))
             .and_where(Expr::col(Locks::ExpiresAt).lte(b.now(self.now)))
-            .to_owned()
+            .take()
     }
 }
 
@@ -206,7 +206,7 @@ impl Build for AcquireFree<'_> {
             .values_panic(values)
             .on_conflict(OnConflict::column(Locks::Name).do_nothing().to_owned())
             .returning(returning_lock())
-            .to_owned()
+            .take()
     }
 }
 
@@ -260,7 +260,7 @@ impl Build for Renew<'_> {
             .and_where(Expr::col(Locks::Fence).eq(b.col(Locks::Fence, self.fence)))
             .and_where(Expr::col(Locks::ExpiresAt).gt(b.now(self.now)))
             .returning(returning_lock())
-            .to_owned()
+            .take()
     }
 }
 
@@ -307,7 +307,7 @@ impl Build for Release<'_> {
             .and_where(Expr::col(Locks::Owner).eq(b.col(Locks::Owner, self.owner)))
             .and_where(Expr::col(Locks::Fence).eq(b.col(Locks::Fence, self.fence)))
             .returning(returning_lock())
-            .to_owned()
+            .take()
     }
 }
 
@@ -357,6 +357,6 @@ impl Build for Sweep {
             .from_table(table::<Locks>(schema))
             .and_where(any_of(Locks::Name, lapsed))
             .returning(returning_lock())
-            .to_owned()
+            .take()
     }
 }

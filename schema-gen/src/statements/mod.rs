@@ -143,7 +143,7 @@
 //! by Citus forms (`lock_acquire` by [`locks::clear_lapsed`] and
 //! [`locks::acquire_free`], `stream_read_in_commit_order` by
 //! [`streams::commit_horizon`] and [`streams::read_in_commit_order_below`];
-//! their docs say why). The [`registry`] of a layout is that list, as data:
+//! their docs say why). The [`registry()`] of a layout is that list, as data:
 //! a [`Session`] created [`with_layout`](Session::with_layout) prepares it
 //! ([`Session::prepare_all`]), `schema-gen statements --layout` prints it
 //! ([`all_for`]), and the tests walk it (every statement has a hot-path

@@ -434,7 +434,7 @@ pub fn all(schema: &SchemaName) -> Vec<Statement> {
     all_for(schema, Layout::SingleServer)
 }
 
-/// Every statement an engine runs under `layout` ([`registry`]), in family
+/// Every statement an engine runs under `layout` ([`registry()`]), in family
 /// order: [`all`] on a single server; under
 /// [`Layout::CitusSchemaSharding`], [`all`] with `lock_acquire` replaced by
 /// [`locks::clear_lapsed`] and [`locks::acquire_free`], and

@@ -147,7 +147,7 @@ impl Build for Register<'_> {
                     .to_owned(),
             )
             .returning(returning_schedule())
-            .to_owned()
+            .take()
     }
 }
 
@@ -258,6 +258,6 @@ impl Build for Advance<'_> {
                 Expr::col(Schedules::NextFireAt).eq(b.col(Schedules::LastFiredAt, last_fired_at)),
             )
             .returning(returning_schedule())
-            .to_owned()
+            .take()
     }
 }

@@ -29,7 +29,7 @@ type Prepared = Arc<Mutex<HashMap<&'static str, tokio_postgres::Statement>>>;
 /// A session knows the [`Layout`] of its engine schema (a single server
 /// unless created [`with_layout`](Session::with_layout)): it decides what
 /// [`prepare_all`](Self::prepare_all) prepares, the layout's
-/// [`registry`](super::registry).
+/// [`registry`](super::registry()).
 ///
 /// # The claim path: one round trip, no transaction
 ///
@@ -157,7 +157,7 @@ impl<C: GenericClient + Sync> Session<C> {
     }
 
     /// Prepares every statement of this session's layout
-    /// ([`registry`](super::registry)) that this connection has not
+    /// ([`registry`](super::registry())) that this connection has not
     /// prepared yet, in one round trip, so that no later call waits for a
     /// preparation.
     ///

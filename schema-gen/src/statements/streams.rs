@@ -112,7 +112,7 @@ impl Build for Append<'_> {
             ])
             .values_panic(values)
             .returning_col(StreamEvents::Id)
-            .to_owned()
+            .take()
     }
 }
 
@@ -171,7 +171,7 @@ impl Build for Read<'_> {
             .from(table::<StreamEvents>(schema))
             .and_where(any_of(StreamEvents::Id, after))
             .order_by(StreamEvents::Id, Order::Asc)
-            .to_owned()
+            .take()
     }
 }
 
@@ -361,7 +361,7 @@ impl Build for CommitHorizon {
                     .cast_as(Alias::new("bigint")),
                 Alias::new(HORIZON),
             )
-            .to_owned()
+            .take()
     }
 }
 
@@ -389,7 +389,7 @@ fn commit_order_read(
         .column(StreamEvents::TxId)
         .from(table::<StreamEvents>(schema))
         .and_where(Expr::col(StreamEvents::Id).eq(b.col(StreamOffsets::Offset, offset)))
-        .to_owned();
+        .take();
     let resume_after = Expr::tuple([
         Func::coalesce([
             Expr::SubQuery(None, Box::new(checkpoint_tx.into())),
@@ -437,7 +437,7 @@ fn commit_order_read(
             table::<StreamEvents>(schema),
             Expr::col((StreamEvents::Table, StreamEvents::Id)).equals(picked),
         )
-        .to_owned()
+        .take()
 }
 
 statement! {
@@ -497,7 +497,7 @@ impl Build for Checkpoint<'_> {
                     )
                     .to_owned(),
             )
-            .to_owned()
+            .take()
     }
 }
 
@@ -549,6 +549,6 @@ impl Build for ReadCheckpoint<'_> {
                 Expr::col(StreamOffsets::Consumer)
                     .eq(b.col(StreamOffsets::Consumer, self.consumer)),
             )
-            .to_owned()
+            .take()
     }
 }

@@ -68,7 +68,7 @@ impl Build for Promote<'_> {
             .table(table::<Jobs>(schema))
             .value(Jobs::Ready, Expr::Constant(true.into()))
             .and_where(any_of(Jobs::Id, due))
-            .to_owned()
+            .take()
     }
 }
 
@@ -159,6 +159,6 @@ impl Build for Claim<'_> {
             )
             .and_where(any_of(Jobs::Id, next))
             .returning(returning_job())
-            .to_owned()
+            .take()
     }
 }

@@ -91,7 +91,7 @@ impl Build for Enqueue<'_> {
             ])
             .values_panic(values)
             .returning_col(Jobs::Id)
-            .to_owned()
+            .take()
     }
 }
 

@@ -94,7 +94,7 @@ impl Build for Reap {
             .value(Jobs::ClaimExpiresAt, Expr::null())
             .and_where(any_of(Jobs::Id, lapsed))
             .returning_col(Jobs::Id)
-            .to_owned()
+            .take()
     }
 }
 

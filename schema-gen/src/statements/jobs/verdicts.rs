@@ -122,7 +122,7 @@ impl Build for AckMany<'_> {
                     ),
                 ),
             )
-            .to_owned();
+            .take();
         Query::delete()
             .from_table(table::<Jobs>(schema))
             .and_where(Expr::cust_with_exprs(
@@ -133,7 +133,7 @@ impl Build for AckMany<'_> {
             .and_where(
                 Expr::tuple([Expr::col(Jobs::Id), Expr::col(Jobs::Attempts)]).in_subquery(tokens),
             )
-            .to_owned()
+            .take()
     }
 }
 
