@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use schema_model::history::{MODEL_VERSION, fingerprint};
+use schema_model::history::{MODEL_VERSION, pin_line};
 
 /// The texts of the version this build renders, as its binary prints them.
 pub struct Texts {
@@ -53,17 +53,10 @@ impl Texts {
 
     /// The pin test's line for these texts.
     fn pin_line(&self) -> String {
-        let pins = [&self.schema_sql, &self.describe_json, &self.statements_json].map(|text| {
-            let hex = format!("{:016x}", fingerprint(text));
-            format!(
-                "0x{}_{}_{}_{}",
-                &hex[0..4],
-                &hex[4..8],
-                &hex[8..12],
-                &hex[12..16]
-            )
-        });
-        format!("({}, [{}]),", self.number, pins.join(", "))
+        pin_line(
+            self.number,
+            [&self.schema_sql, &self.describe_json, &self.statements_json],
+        )
     }
 }
 

@@ -21,6 +21,7 @@ mod table;
 
 use serde::Serialize;
 
+use schema_model::history::fingerprint;
 use schema_model::{Layout, SchemaName, SchemaVersions, TableModel, visit_engine_family};
 
 use crate::options::Bounds;
@@ -190,8 +191,9 @@ impl AdvisoryLock {
         }
     }
 
-    /// The lock's key for `schema`: FNV-1a over the prefix and the name, so
-    /// the printed script and the library take the same lock.
+    /// The lock's key for `schema`: FNV-1a over the prefix and the name
+    /// ([`fingerprint`], the one FNV of the workspace), so the printed
+    /// script and the library take the same lock.
     ///
     /// ```
     /// use schema_gen::render::AdvisoryLock;
@@ -202,13 +204,7 @@ impl AdvisoryLock {
     /// assert_eq!(AdvisoryLock::Bootstrap.key(&a), AdvisoryLock::Bootstrap.key(&a));
     /// ```
     pub fn key(self, schema: &SchemaName) -> i64 {
-        let hash = self
-            .prefix()
-            .bytes()
-            .chain(schema.as_str().bytes())
-            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-            });
+        let hash = fingerprint(&format!("{}{}", self.prefix(), schema.as_str()));
         i64::from_ne_bytes(hash.to_ne_bytes())
     }
 }

@@ -199,6 +199,24 @@ pub fn version(number: u32) -> Option<SchemaVersion> {
     versions().into_iter().find(|v| v.number == number)
 }
 
+/// The line of a version's pins in the pin test (`(N, [0x..., 0x...,
+/// 0x...]),`): the fingerprints of its `schema.sql`, `describe.json` and
+/// `statements.json`, as `cargo xtask ship-version` writes it and the pin
+/// test asks for it.
+pub fn pin_line(number: u32, texts: [&str; 3]) -> String {
+    let pins = texts.map(|text| {
+        let hex = format!("{:016x}", fingerprint(text));
+        format!(
+            "0x{}_{}_{}_{}",
+            &hex[0..4],
+            &hex[4..8],
+            &hex[8..12],
+            &hex[12..16]
+        )
+    });
+    format!("({number}, [{}]),", pins.join(", "))
+}
+
 /// The pin of a shipped text: FNV-1a over its bytes, enough to notice an
 /// edit (this is no security check, and needs no hashing crate in a no-I/O
 /// model crate). The pin test holds every shipped version to its pins.
@@ -407,23 +425,15 @@ mod tests {
     ];
 
     /// The line of [`PINS`] for `shipped`, as it is to be pasted.
-    fn pin_line(shipped: &Shipped) -> String {
-        let pins = [
-            shipped.schema_sql,
-            shipped.describe_json,
-            shipped.statements_json,
-        ]
-        .map(|text| {
-            let hex = format!("{:016x}", fingerprint(text));
-            format!(
-                "0x{}_{}_{}_{}",
-                &hex[0..4],
-                &hex[4..8],
-                &hex[8..12],
-                &hex[12..16]
-            )
-        });
-        format!("({}, [{}]),", shipped.number, pins.join(", "))
+    fn pin_of(shipped: &Shipped) -> String {
+        pin_line(
+            shipped.number,
+            [
+                shipped.schema_sql,
+                shipped.describe_json,
+                shipped.statements_json,
+            ],
+        )
     }
 
     /// A shipped version's text is what its release printed and deployed
@@ -432,7 +442,7 @@ mod tests {
     #[test]
     fn shipped_versions_are_pinned() {
         for shipped in SHIPPED {
-            let line = pin_line(shipped);
+            let line = pin_of(shipped);
             let Some((_, pins)) = PINS.iter().find(|(number, _)| *number == shipped.number) else {
                 panic!(
                     "version {} is shipped without a pin: add this line to PINS in \
