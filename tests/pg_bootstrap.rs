@@ -403,7 +403,10 @@ async fn steady_state_is_one_round_trip_that_only_reads_the_catalog() {
     let batch = catalog::batch(&schema, &Options::default());
     assert_eq!(proxy.statements(), [batch.as_str()]);
     assert!(
-        batch.starts_with("SET LOCAL lock_timeout = '5s'; SET LOCAL statement_timeout = '15s';"),
+        batch.starts_with(
+            "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '5s'; \
+             SET LOCAL statement_timeout = '15s';"
+        ),
         "{batch}"
     );
     let upper = catalog::statement(&schema).to_uppercase();
@@ -965,7 +968,7 @@ async fn a_bootstrap_terminated_mid_ddl_leaves_no_partial_schema() {
         .get(0);
     // The statements go in one query (pg_stat_activity shows its start).
     assert!(
-        query.starts_with("SET LOCAL lock_timeout"),
+        query.starts_with("SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout"),
         "blocked on: {query}"
     );
 

@@ -81,6 +81,18 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// lock wait is always reported as one.
 pub const STATEMENT_ALLOWANCE: Duration = Duration::from_secs(10);
 
+/// The search path of every statement of the product's own sessions
+/// ([`Bounds`]): `pg_catalog` only, then `pg_temp` last (which no function or
+/// operator lookup reads). Nothing another role creates in `public`, in a
+/// schema of its own name (`"$user"`) or anywhere else on a caller's path
+/// can then shadow a function, operator or type the product's SQL names
+/// without a schema: PostgreSQL prefers an exact-type match in any schema
+/// on the path (`public.unnest(text[])`) to `pg_catalog.unnest(anyarray)`
+/// whatever the order, so only a path without those schemas is safe. The
+/// engine's hot-path statements, which run on the engine's sessions,
+/// qualify every name instead (`schema_gen::statements`).
+pub const SEARCH_PATH: &str = "pg_catalog, pg_temp";
+
 /// PostgreSQL's largest `lock_timeout` / `statement_timeout`, in milliseconds.
 const MAX_TIMEOUT_MS: u128 = i32::MAX as u128;
 
@@ -117,24 +129,39 @@ impl Options {
     }
 }
 
-/// A `lock_timeout` and a `statement_timeout` for the statements that
-/// follow: the one place either setting is written as SQL. Each bound is
-/// clamped to what PostgreSQL takes (at least 1 ms, since 0 means "no
-/// limit"; at most [`MAX_LOCK_TIMEOUT`]), so no bound is ever lost or
-/// refused by the server.
+/// The settings every statement of the product's own sessions runs under
+/// (reading the catalog, creating, upgrading, checking): the pinned
+/// [`SEARCH_PATH`], a `lock_timeout` and a `statement_timeout`. The one
+/// place these settings are written as SQL. Each bound is clamped to what
+/// PostgreSQL takes (at least 1 ms, since 0 means "no limit"; at most
+/// [`MAX_LOCK_TIMEOUT`]), so no bound is ever lost or refused by the server.
+///
+/// The search path comes first and is always written: it is set in the same
+/// transaction (`SET LOCAL`, in the same round trip as the statements it
+/// covers), so it holds behind statement and transaction pooling too.
 ///
 /// ```
 /// use std::time::Duration;
 /// use schema_gen::options::Bounds;
 ///
 /// let bounds = Bounds::new(Duration::from_secs(1), Duration::from_secs(11));
-/// assert_eq!(bounds.set_local(), "SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '11s'");
-/// assert_eq!(bounds.set_session(), "SET lock_timeout = '1s'; SET statement_timeout = '11s'");
-/// assert_eq!(Bounds::RESET, "RESET lock_timeout; RESET statement_timeout");
+/// assert_eq!(
+///     bounds.set_local(),
+///     "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '1s'; \
+///      SET LOCAL statement_timeout = '11s'"
+/// );
+/// assert_eq!(
+///     bounds.set_session(),
+///     "SET search_path = pg_catalog, pg_temp; SET lock_timeout = '1s'; SET statement_timeout = '11s'"
+/// );
+/// assert_eq!(Bounds::RESET, "RESET search_path; RESET lock_timeout; RESET statement_timeout");
 /// assert_eq!(
 ///     Bounds::new(Duration::ZERO, Duration::from_secs(u64::MAX)).set_local(),
-///     "SET LOCAL lock_timeout = '1ms'; SET LOCAL statement_timeout = '2147483647ms'"
+///     "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '1ms'; \
+///      SET LOCAL statement_timeout = '2147483647ms'"
 /// );
+/// // Each setting on its own, for a pipeline that counts its statements.
+/// assert_eq!(bounds.set_local_each().len(), 3);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
@@ -169,13 +196,19 @@ impl Bounds {
         }
     }
 
-    /// `RESET` of both settings, after [`Bounds::set_session`].
-    pub const RESET: &'static str = "RESET lock_timeout; RESET statement_timeout";
+    /// `RESET` of the settings, after [`Bounds::set_session`].
+    pub const RESET: &'static str =
+        "RESET search_path; RESET lock_timeout; RESET statement_timeout";
 
     /// `SET LOCAL ...`: the bounds of the current transaction (an explicit
     /// one, or the implicit one of a multi-statement simple query), gone
     /// with it.
     pub fn set_local(&self) -> String {
+        self.set("SET LOCAL").join("; ")
+    }
+
+    /// [`Bounds::set_local`], one `SET LOCAL` per entry.
+    pub fn set_local_each(&self) -> Vec<String> {
         self.set("SET LOCAL")
     }
 
@@ -183,7 +216,7 @@ impl Bounds {
     /// in a transaction block (`CONCURRENTLY`, `VACUUM`) or that run as many
     /// transactions; [`Bounds::RESET`] ends them.
     pub fn set_session(&self) -> String {
-        self.set("SET")
+        self.set("SET").join("; ")
     }
 
     /// `lock_timeout` in PostgreSQL's words (`1s`), if bounded here.
@@ -196,17 +229,17 @@ impl Bounds {
         self.statement.map(duration_words)
     }
 
-    fn set(&self, verb: &str) -> String {
+    fn set(&self, verb: &str) -> Vec<String> {
         let lock = self
             .lock_words()
             .map(|words| format!("{verb} lock_timeout = '{words}'"));
         let statement = self
             .statement_words()
             .map(|words| format!("{verb} statement_timeout = '{words}'"));
-        lock.into_iter()
+        std::iter::once(format!("{verb} search_path = {SEARCH_PATH}"))
+            .chain(lock)
             .chain(statement)
-            .collect::<Vec<_>>()
-            .join("; ")
+            .collect()
     }
 }
 

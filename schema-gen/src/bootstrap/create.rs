@@ -11,7 +11,6 @@ use super::{Outcome, decide};
 use crate::catalog::{self, LiveCatalog};
 use crate::difference::Difference;
 use crate::error::{Context, Error, ErrorKind, LockTarget, Step, classify};
-use crate::options::Bounds;
 use crate::options::Options;
 use crate::render::{self, Statement, StatementKind};
 use crate::verify::compare;
@@ -65,20 +64,10 @@ pub(super) async fn create(
     };
     // The statements of the one query, each with how to word its failure.
     let mut statements: Vec<(String, Step)> = vec![("BEGIN".to_owned(), begin_step)];
-    // The bounds are two `SET LOCAL`s: one entry each, so that the count of
-    // completed statements points at the one that failed.
-    let bounds = options.bounds();
-    for bound in [
-        Bounds {
-            statement: None,
-            ..bounds
-        },
-        Bounds {
-            lock: None,
-            ..bounds
-        },
-    ] {
-        statements.push((bound.set_local(), lock_step.clone()));
+    // The search path and the bounds are `SET LOCAL`s: one entry each, so
+    // that the count of completed statements points at the one that failed.
+    for setting in options.bounds().set_local_each() {
+        statements.push((setting, lock_step.clone()));
     }
     statements.push((render::advisory_lock_statement(schema), lock_step));
     let first_read = statements.len();

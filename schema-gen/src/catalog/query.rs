@@ -260,7 +260,8 @@ fn versions_expression() -> String {
 ///
 /// let batch = catalog::batch(&SchemaName::new("alk").unwrap(), &Options::default());
 /// assert!(batch.starts_with(
-///     "SET LOCAL lock_timeout = '5s'; SET LOCAL statement_timeout = '15s';\n"
+///     "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '5s'; \
+///      SET LOCAL statement_timeout = '15s';\n"
 /// ));
 /// assert!(batch.contains("WHERE n.nspname = 'alk'"));
 /// ```

@@ -228,7 +228,7 @@ pub fn advisory_lock_key(schema: &SchemaName) -> i64 {
 /// inside the bootstrap transaction.
 pub fn advisory_lock_statement(schema: &SchemaName) -> String {
     format!(
-        "SELECT pg_advisory_xact_lock({})",
+        "SELECT pg_catalog.pg_advisory_xact_lock({})",
         advisory_lock_key(schema)
     )
 }
@@ -236,13 +236,15 @@ pub fn advisory_lock_statement(schema: &SchemaName) -> String {
 /// The default bound of every lock wait ([`crate::options::DEFAULT_LOCK_TIMEOUT`]).
 pub use crate::options::DEFAULT_LOCK_TIMEOUT;
 
-/// The statement that bounds every lock wait of the printed script to
-/// [`DEFAULT_LOCK_TIMEOUT`]; it must run first, before the advisory lock.
+/// The statements that pin the printed script's search path
+/// ([`SEARCH_PATH`](crate::options::SEARCH_PATH): no function, operator or
+/// type another role created runs in it) and bound every lock wait to
+/// [`DEFAULT_LOCK_TIMEOUT`]; they must run first, before the advisory lock.
 ///
 /// ```
 /// assert_eq!(
 ///     schema_gen::render::lock_timeout_statement(),
-///     "SET LOCAL lock_timeout = '5s'"
+///     "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '5s'"
 /// );
 /// ```
 pub fn lock_timeout_statement() -> String {
@@ -262,7 +264,8 @@ pub fn lock_timeout_statement() -> String {
 /// let options = Options { lock_timeout: Duration::from_millis(250), ..Options::default() };
 /// assert_eq!(
 ///     bounds_statement(&options),
-///     "SET LOCAL lock_timeout = '250ms'; SET LOCAL statement_timeout = '10250ms'"
+///     "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '250ms'; \
+///      SET LOCAL statement_timeout = '10250ms'"
 /// );
 /// ```
 pub fn bounds_statement(options: &Options) -> String {
@@ -303,6 +306,7 @@ pub fn script_for(schema: &SchemaName, layout: Layout) -> String {
          -- Apply with: psql -v ON_ERROR_STOP=1 -f <this file>\n\
          {header}\n\
          BEGIN;\n\n\
+         -- Only pg_catalog resolves what the statements name; bound every lock wait.\n\
          {};\n\n\
          -- Serialise concurrent bootstraps of this schema name.\n\
          {};\n\n",

@@ -6,13 +6,13 @@
 //! bodies share.
 
 use sea_query::{
-    Alias, ArrayType, Expr, ExprTrait, IdenStatic, IntoIden, Keyword, QueryBuilder,
-    SelectStatement, Value,
+    Alias, ArrayType, Expr, IdenStatic, IntoIden, Keyword, QueryBuilder, SelectStatement, Value,
 };
 use sea_query_postgres::{PostgresBinder, PostgresValue, PostgresValues};
 
 use schema_model::{SchemaName, SqlType, TableModel};
 
+use super::pinned;
 use super::{Definition, Param, Statement};
 
 /// Which pass of a definition's body a [`Binder`] serves.
@@ -116,7 +116,7 @@ impl Binder {
         if self.pass == Pass::Values {
             return value;
         }
-        value.cast_as(Alias::new(param.type_name()))
+        pinned::cast_array(value, param.sql_type)
     }
 
     /// A value for `column`, named and typed after it.
@@ -275,24 +275,18 @@ pub(crate) fn table<T: TableModel>(schema: &SchemaName) -> (Alias, T) {
     (Alias::new(schema.as_str()), T::TABLE)
 }
 
-/// `column = ANY(ARRAY(<select>))`: the rows `select` picks (and locks),
-/// found through the primary key. The array makes the subquery an InitPlan
-/// run once, so the outer scan is always an index scan on the key, never a
-/// join the planner could turn into a hash or a sort.
+/// `column OPERATOR(pg_catalog.=) ANY(ARRAY(<select>))`: the rows `select`
+/// picks (and locks), found through the primary key. The array makes the
+/// subquery an InitPlan run once, so the outer scan is always an index scan
+/// on the key, never a join the planner could turn into a hash or a sort.
 pub(crate) fn any_of<C: TableModel>(column: C, select: SelectStatement) -> Expr {
-    Expr::cust_with_exprs(
-        "$1 = ANY(ARRAY $2)",
-        [
-            Expr::col(column),
-            Expr::SubQuery(None, Box::new(select.into())),
-        ],
-    )
+    pinned::eq_any(Expr::col(column), pinned::array_of(select))
 }
 
-/// `CAST(<expr> AS <type>)`, for a placeholder whose type the server could
-/// not infer from its context.
+/// `CAST(<expr> AS pg_catalog.<type>)`, for a placeholder whose type the
+/// server could not infer from its context.
 pub(crate) fn cast(expr: Expr, sql_type: SqlType) -> Expr {
-    expr.cast_as(Alias::new(sql_type.pg_name()))
+    pinned::cast(expr, sql_type)
 }
 
 /// The placeholder of an array of `column`'s values.

@@ -1,12 +1,13 @@
 //! `dead_jobs`: the retention sweep, and the [`DeadJob`] row mapping.
 
-use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_query::{Expr, LockBehavior, LockType, Order, Query};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{DeadJob, DeadJobs, SchemaName, TableModel};
 
 use super::binder::{Binder, any_of, table};
 use super::define::{Build, statement};
+use super::pinned::Pinned;
 use super::row::get;
 use super::{Decode, FromRow, RowError, Rows};
 
@@ -71,11 +72,12 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"DELETE FROM "alkstore"."dead_jobs" WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."dead_jobs" "#,
-    ///         r#"WHERE "purge_at" < $1 ORDER BY "purge_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) "#,
-    ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "enqueued_at", "visibility_timeout_s", "#,
-    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "#,
-    ///         r#""claimed_at", "last_error", "died_at""#,
+    ///         r#"DELETE FROM "alkstore"."dead_jobs" WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY (SELECT "#,
+    ///         r#""id" FROM "alkstore"."dead_jobs" WHERE "purge_at" OPERATOR(pg_catalog.<) $1 ORDER BY "#,
+    ///         r#""purge_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id", "queue", "payload", "#,
+    ///         r#""priority", "run_at", "enqueued_at", "visibility_timeout_s", "max_attempts", "#,
+    ///         r#""backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "claimed_at", "#,
+    ///         r#""last_error", "died_at""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["now", "limit"]);
@@ -96,7 +98,7 @@ impl Build for Sweep {
         lapsed
             .column(DeadJobs::Id)
             .from(table::<DeadJobs>(schema))
-            .and_where(Expr::col(DeadJobs::PurgeAt).lt(b.now(self.now)))
+            .and_where(Expr::col(DeadJobs::PurgeAt).pg_lt(b.now(self.now)))
             .order_by(DeadJobs::PurgeAt, Order::Asc);
         b.limit(&mut lapsed, self.limit);
         lapsed.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);

@@ -8,15 +8,14 @@
 //! fence is drawn by the database at each acquisition and only grows per
 //! name, so whatever the holder writes to can refuse a stale holder.
 
-use sea_query::{
-    Expr, ExprTrait, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause,
-};
+use sea_query::{Expr, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{Lock, Locks, SchemaName};
 
 use super::binder::{Binder, any_of, table};
 use super::define::{Build, statement};
+use super::pinned::Pinned;
 use super::row::get;
 use super::{FromRow, Optional, RowError, Rows, RowsAffected};
 
@@ -52,10 +51,10 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"INSERT INTO "alkstore"."locks" ("name", "owner", "expires_at") VALUES ($1, $2, $3) "#,
-    ///         r#"ON CONFLICT ("name") DO UPDATE SET "owner" = "excluded"."owner", "expires_at" = "excluded"."expires_at", "#,
-    ///         r#""fence" = DEFAULT WHERE "locks"."expires_at" <= $4 "#,
-    ///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+    ///         r#"INSERT INTO "alkstore"."locks" ("name", "owner", "expires_at") VALUES ($1, $2, $3) ON "#,
+    ///         r#"CONFLICT ("name") DO UPDATE SET "owner" = "excluded"."owner", "expires_at" = "#,
+    ///         r#""excluded"."expires_at", "fence" = DEFAULT WHERE "locks"."expires_at" "#,
+    ///         r#"OPERATOR(pg_catalog.<=) $4 RETURNING "name", "owner", "expires_at", "fence""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["name", "owner", "expires_at", "now"]);
@@ -82,7 +81,7 @@ impl Build for Acquire<'_> {
             b.col(Locks::Owner, self.owner),
             b.col(Locks::ExpiresAt, self.expires_at),
         ];
-        let lapsed = Expr::col((Locks::Table, Locks::ExpiresAt)).lte(b.now(self.now));
+        let lapsed = Expr::col((Locks::Table, Locks::ExpiresAt)).pg_le(b.now(self.now));
         Query::insert()
             .into_table(table::<Locks>(schema))
             .columns([Locks::Name, Locks::Owner, Locks::ExpiresAt])
@@ -131,7 +130,10 @@ statement! {
     /// let s = locks::clear_lapsed(&SchemaName::default(), "ticker", 1_700_000_000);
     /// assert_eq!(
     ///     s.sql(),
-    ///     r#"DELETE FROM "alkstore"."locks" WHERE "name" = $1 AND "expires_at" <= $2"#
+    ///     concat!(
+    ///         r#"DELETE FROM "alkstore"."locks" WHERE ("name" OPERATOR(pg_catalog.=) $1) AND "#,
+    ///         r#"("expires_at" OPERATOR(pg_catalog.<=) $2)"#,
+    ///     )
     /// );
     /// assert_eq!(s.param_names(), ["name", "now"]);
     /// ```
@@ -150,8 +152,8 @@ impl Build for ClearLapsed<'_> {
     fn build(&self, schema: &SchemaName, b: &mut Binder) -> impl PostgresBinder {
         Query::delete()
             .from_table(table::<Locks>(schema))
-            .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, self.name)))
-            .and_where(Expr::col(Locks::ExpiresAt).lte(b.now(self.now)))
+            .and_where(Expr::col(Locks::Name).pg_eq(b.col(Locks::Name, self.name)))
+            .and_where(Expr::col(Locks::ExpiresAt).pg_le(b.now(self.now)))
             .take()
     }
 }
@@ -226,9 +228,10 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."locks" SET "expires_at" = $1 "#,
-    ///         r#"WHERE "name" = $2 AND "owner" = $3 AND "fence" = $4 AND "expires_at" > $5 "#,
-    ///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+    ///         r#"UPDATE "alkstore"."locks" SET "expires_at" = $1 WHERE ("name" OPERATOR(pg_catalog.=) "#,
+    ///         r#"$2) AND ("owner" OPERATOR(pg_catalog.=) $3) AND ("fence" OPERATOR(pg_catalog.=) $4) AND "#,
+    ///         r#"("expires_at" OPERATOR(pg_catalog.>) $5) RETURNING "name", "owner", "expires_at", "#,
+    ///         r#""fence""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["expires_at", "name", "owner", "fence", "now"]);
@@ -255,10 +258,10 @@ impl Build for Renew<'_> {
         Query::update()
             .table(table::<Locks>(schema))
             .value(Locks::ExpiresAt, b.col(Locks::ExpiresAt, self.expires_at))
-            .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, self.name)))
-            .and_where(Expr::col(Locks::Owner).eq(b.col(Locks::Owner, self.owner)))
-            .and_where(Expr::col(Locks::Fence).eq(b.col(Locks::Fence, self.fence)))
-            .and_where(Expr::col(Locks::ExpiresAt).gt(b.now(self.now)))
+            .and_where(Expr::col(Locks::Name).pg_eq(b.col(Locks::Name, self.name)))
+            .and_where(Expr::col(Locks::Owner).pg_eq(b.col(Locks::Owner, self.owner)))
+            .and_where(Expr::col(Locks::Fence).pg_eq(b.col(Locks::Fence, self.fence)))
+            .and_where(Expr::col(Locks::ExpiresAt).pg_gt(b.now(self.now)))
             .returning(returning_lock())
             .take()
     }
@@ -280,8 +283,9 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"DELETE FROM "alkstore"."locks" WHERE "name" = $1 AND "owner" = $2 AND "fence" = $3 "#,
-    ///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+    ///         r#"DELETE FROM "alkstore"."locks" WHERE ("name" OPERATOR(pg_catalog.=) $1) AND ("owner" "#,
+    ///         r#"OPERATOR(pg_catalog.=) $2) AND ("fence" OPERATOR(pg_catalog.=) $3) RETURNING "name", "#,
+    ///         r#""owner", "expires_at", "fence""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["name", "owner", "fence"]);
@@ -303,9 +307,9 @@ impl Build for Release<'_> {
     fn build(&self, schema: &SchemaName, b: &mut Binder) -> impl PostgresBinder {
         Query::delete()
             .from_table(table::<Locks>(schema))
-            .and_where(Expr::col(Locks::Name).eq(b.col(Locks::Name, self.name)))
-            .and_where(Expr::col(Locks::Owner).eq(b.col(Locks::Owner, self.owner)))
-            .and_where(Expr::col(Locks::Fence).eq(b.col(Locks::Fence, self.fence)))
+            .and_where(Expr::col(Locks::Name).pg_eq(b.col(Locks::Name, self.name)))
+            .and_where(Expr::col(Locks::Owner).pg_eq(b.col(Locks::Owner, self.owner)))
+            .and_where(Expr::col(Locks::Fence).pg_eq(b.col(Locks::Fence, self.fence)))
             .returning(returning_lock())
             .take()
     }
@@ -326,9 +330,10 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"DELETE FROM "alkstore"."locks" WHERE "name" = ANY(ARRAY (SELECT "name" FROM "alkstore"."locks" "#,
-    ///         r#"WHERE "expires_at" <= $1 ORDER BY "expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) "#,
-    ///         r#"RETURNING "name", "owner", "expires_at", "fence""#,
+    ///         r#"DELETE FROM "alkstore"."locks" WHERE "name" OPERATOR(pg_catalog.=) ANY(ARRAY (SELECT "#,
+    ///         r#""name" FROM "alkstore"."locks" WHERE "expires_at" OPERATOR(pg_catalog.<=) $1 ORDER BY "#,
+    ///         r#""expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "name", "owner", "#,
+    ///         r#""expires_at", "fence""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["now", "limit"]);
@@ -349,7 +354,7 @@ impl Build for Sweep {
         lapsed
             .column(Locks::Name)
             .from(table::<Locks>(schema))
-            .and_where(Expr::col(Locks::ExpiresAt).lte(b.now(self.now)))
+            .and_where(Expr::col(Locks::ExpiresAt).pg_le(b.now(self.now)))
             .order_by(Locks::ExpiresAt, Order::Asc);
         b.limit(&mut lapsed, self.limit);
         lapsed.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);

@@ -189,6 +189,7 @@ mod define;
 mod error;
 pub mod jobs;
 pub mod locks;
+pub(crate) mod pinned;
 pub mod registry;
 mod row;
 pub mod schedules;

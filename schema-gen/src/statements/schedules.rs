@@ -8,15 +8,14 @@
 //! second one's `advance` returns nothing, and it must roll back (its
 //! enqueue with it).
 
-use sea_query::{
-    Expr, ExprTrait, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause,
-};
+use sea_query::{Expr, LockBehavior, LockType, OnConflict, Order, Query, ReturningClause};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{Schedule, Schedules, SchemaName, TableModel};
 
 use super::binder::{Binder, table};
 use super::define::{Build, statement};
+use super::pinned::Pinned;
 use super::row::get;
 use super::{FromRow, One, Optional, RowError, Rows};
 
@@ -165,7 +164,7 @@ statement! {
     ///
     /// let s = schedules::due(&SchemaName::default(), 1_700_000_000, 50);
     /// assert!(s.sql().ends_with(concat!(
-    ///     r#"FROM "alkstore"."schedules" WHERE "enabled" AND "next_fire_at" <= $1 "#,
+    ///     r#"FROM "alkstore"."schedules" WHERE "enabled" AND ("next_fire_at" OPERATOR(pg_catalog.<=) $1) "#,
     ///     r#"ORDER BY "next_fire_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED"#,
     /// )));
     /// assert_eq!(s.param_names(), ["now", "limit"]);
@@ -188,7 +187,7 @@ impl Build for Due {
             .columns(schedule_columns())
             .from(table::<Schedules>(schema))
             .and_where(Expr::col(Schedules::Enabled))
-            .and_where(Expr::col(Schedules::NextFireAt).lte(b.now(self.now)))
+            .and_where(Expr::col(Schedules::NextFireAt).pg_le(b.now(self.now)))
             .order_by(Schedules::NextFireAt, Order::Asc);
         b.limit(&mut select, self.limit);
         select.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
@@ -214,8 +213,8 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."schedules" SET "last_fired_at" = $1, "next_fire_at" = $2 "#,
-    ///         r#"WHERE "name" = $3 AND "next_fire_at" = $1 "#,
+    ///         r#"UPDATE "alkstore"."schedules" SET "last_fired_at" = $1, "next_fire_at" = $2 WHERE "#,
+    ///         r#"("name" OPERATOR(pg_catalog.=) $3) AND ("next_fire_at" OPERATOR(pg_catalog.=) $1) "#,
     ///         r#"RETURNING "name", "spec", "every_s", "queue", "payload", "priority", "max_attempts", "#,
     ///         r#""visibility_timeout_s", "backoff_base_s", "dead_letter_retention_s", "expires_s", "#,
     ///         r#""next_fire_at", "last_fired_at", "enabled""#,
@@ -253,9 +252,10 @@ impl Build for Advance<'_> {
                 Schedules::NextFireAt,
                 b.col(Schedules::NextFireAt, next_fire_at),
             )
-            .and_where(Expr::col(Schedules::Name).eq(b.col(Schedules::Name, name)))
+            .and_where(Expr::col(Schedules::Name).pg_eq(b.col(Schedules::Name, name)))
             .and_where(
-                Expr::col(Schedules::NextFireAt).eq(b.col(Schedules::LastFiredAt, last_fired_at)),
+                Expr::col(Schedules::NextFireAt)
+                    .pg_eq(b.col(Schedules::LastFiredAt, last_fired_at)),
             )
             .returning(returning_schedule())
             .take()

@@ -7,7 +7,7 @@
 //! order below the snapshot horizon). A consumer that must see every event
 //! uses the second and checkpoints the id of the last event it processed.
 
-use sea_query::{Alias, Expr, ExprTrait, Func, OnConflict, Order, Query, SelectStatement};
+use sea_query::{Alias, Expr, Func, OnConflict, Order, Query, SelectStatement};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{
@@ -16,6 +16,7 @@ use schema_model::{
 
 use super::binder::{Binder, any_of, cast, table};
 use super::define::{Build, statement};
+use super::pinned::{self, Pinned};
 use super::row::{get, get_computed};
 use super::{Decode, FromRow, One, Optional, RowError, Rows, RowsAffected};
 
@@ -137,8 +138,9 @@ statement! {
     ///     s.sql(),
     ///     concat!(
     ///         r#"SELECT "id", "stream", "key", "payload", "created_at" FROM "alkstore"."stream_events" "#,
-    ///         r#"WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."stream_events" "#,
-    ///         r#"WHERE "stream" = $1 AND "id" > $2 ORDER BY "id" ASC LIMIT $3)) ORDER BY "id" ASC"#,
+    ///         r#"WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY (SELECT "id" FROM "#,
+    ///         r#""alkstore"."stream_events" WHERE ("stream" OPERATOR(pg_catalog.=) $1) AND ("id" "#,
+    ///         r#"OPERATOR(pg_catalog.>) $2) ORDER BY "id" ASC LIMIT $3)) ORDER BY "id" ASC"#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["stream", "offset", "limit"]);
@@ -162,8 +164,10 @@ impl Build for Read<'_> {
         after
             .column(StreamEvents::Id)
             .from(table::<StreamEvents>(schema))
-            .and_where(Expr::col(StreamEvents::Stream).eq(b.col(StreamEvents::Stream, self.stream)))
-            .and_where(Expr::col(StreamEvents::Id).gt(b.col(StreamOffsets::Offset, self.offset)))
+            .and_where(
+                Expr::col(StreamEvents::Stream).pg_eq(b.col(StreamEvents::Stream, self.stream)),
+            )
+            .and_where(Expr::col(StreamEvents::Id).pg_gt(b.col(StreamOffsets::Offset, self.offset)))
             .order_by(StreamEvents::Id, Order::Asc);
         b.limit(&mut after, self.limit);
         Query::select()
@@ -203,12 +207,14 @@ statement! {
     ///     s.sql(),
     ///     concat!(
     ///         r#"SELECT "stream_events"."id", "stream_events"."stream", "stream_events"."key", "#,
-    ///         r#""stream_events"."payload", "stream_events"."created_at" "#,
-    ///         r#"FROM unnest(ARRAY (SELECT "id" FROM "alkstore"."stream_events" WHERE "stream" = $1 "#,
-    ///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $2) "#,
-    ///         r#"AND "tx_id" < (pg_snapshot_xmin(pg_current_snapshot())) "#,
-    ///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $3)) AS "picked" "#,
-    ///         r#"INNER JOIN "alkstore"."stream_events" ON "stream_events"."id" = "picked""#,
+    ///         r#""stream_events"."payload", "stream_events"."created_at" FROM pg_catalog.unnest(ARRAY "#,
+    ///         r#"(SELECT "id" FROM "alkstore"."stream_events" WHERE ("stream" OPERATOR(pg_catalog.=) $1) "#,
+    ///         r#"AND (("tx_id", "id") OPERATOR(pg_catalog.>) (COALESCE((SELECT "tx_id" FROM "#,
+    ///         r#""alkstore"."stream_events" WHERE "id" OPERATOR(pg_catalog.=) $2), CAST('0' AS "#,
+    ///         r#"pg_catalog.xid8)), $2)) AND ("tx_id" OPERATOR(pg_catalog.<) "#,
+    ///         r#"(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()))) ORDER BY "tx_id" ASC, "#,
+    ///         r#""id" ASC LIMIT $3)) AS "picked" INNER JOIN "alkstore"."stream_events" ON "#,
+    ///         r#""stream_events"."id" OPERATOR(pg_catalog.=) "picked""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["stream", "offset", "limit"]);
@@ -275,12 +281,14 @@ statement! {
     ///     s.sql(),
     ///     concat!(
     ///         r#"SELECT "stream_events"."id", "stream_events"."stream", "stream_events"."key", "#,
-    ///         r#""stream_events"."payload", "stream_events"."created_at" "#,
-    ///         r#"FROM unnest(ARRAY (SELECT "id" FROM "alkstore"."stream_events" WHERE "stream" = $1 "#,
-    ///         r#"AND ("tx_id", "id") > (COALESCE((SELECT "tx_id" FROM "alkstore"."stream_events" WHERE "id" = $2), '0'::xid8), $2) "#,
-    ///         r#"AND "tx_id" < CAST(CAST(CAST($3 AS bigint) AS text) AS xid8) "#,
-    ///         r#"ORDER BY "tx_id" ASC, "id" ASC LIMIT $4)) AS "picked" "#,
-    ///         r#"INNER JOIN "alkstore"."stream_events" ON "stream_events"."id" = "picked""#,
+    ///         r#""stream_events"."payload", "stream_events"."created_at" FROM pg_catalog.unnest(ARRAY "#,
+    ///         r#"(SELECT "id" FROM "alkstore"."stream_events" WHERE ("stream" OPERATOR(pg_catalog.=) $1) "#,
+    ///         r#"AND (("tx_id", "id") OPERATOR(pg_catalog.>) (COALESCE((SELECT "tx_id" FROM "#,
+    ///         r#""alkstore"."stream_events" WHERE "id" OPERATOR(pg_catalog.=) $2), CAST('0' AS "#,
+    ///         r#"pg_catalog.xid8)), $2)) AND ("tx_id" OPERATOR(pg_catalog.<) CAST(CAST(CAST($3 AS "#,
+    ///         r#"pg_catalog.int8) AS pg_catalog.text) AS pg_catalog.xid8)) ORDER BY "tx_id" ASC, "id" "#,
+    ///         r#"ASC LIMIT $4)) AS "picked" INNER JOIN "alkstore"."stream_events" ON "#,
+    ///         r#""stream_events"."id" OPERATOR(pg_catalog.=) "picked""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["stream", "offset", "horizon", "limit"]);
@@ -342,7 +350,10 @@ statement! {
     /// let s = streams::commit_horizon(&SchemaName::default());
     /// assert_eq!(
     ///     s.sql(),
-    ///     r#"SELECT CAST(CAST((pg_snapshot_xmin(pg_current_snapshot())) AS text) AS bigint) AS "horizon""#
+    ///     concat!(
+    ///         r#"SELECT CAST(CAST((pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())) AS "#,
+    ///         r#"pg_catalog.text) AS pg_catalog.int8) AS "horizon""#,
+    ///     )
     /// );
     /// assert!(s.param_names().is_empty());
     /// ```
@@ -356,9 +367,7 @@ impl Build for CommitHorizon {
     fn build(&self, _: &SchemaName, _: &mut Binder) -> impl PostgresBinder {
         Query::select()
             .expr_as(
-                snapshot_horizon()
-                    .cast_as(Alias::new("text"))
-                    .cast_as(Alias::new("bigint")),
+                cast(cast(snapshot_horizon(), SqlType::Text), SqlType::BigInt),
                 Alias::new(HORIZON),
             )
             .take()
@@ -371,7 +380,7 @@ const HORIZON: &str = "horizon";
 /// The oldest transaction still running for this session's snapshot: an
 /// event whose `tx_id` is below it has committed or never will.
 fn snapshot_horizon() -> Expr {
-    Expr::cust("pg_snapshot_xmin(pg_current_snapshot())")
+    Expr::cust("pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())")
 }
 
 /// The gap-free read, below the session's own horizon (`None`) or below a
@@ -384,16 +393,16 @@ fn commit_order_read(
     limit: u32,
     horizon: Option<i64>,
 ) -> SelectStatement {
-    let stream = Expr::col(StreamEvents::Stream).eq(b.col(StreamEvents::Stream, stream));
+    let stream = Expr::col(StreamEvents::Stream).pg_eq(b.col(StreamEvents::Stream, stream));
     let checkpoint_tx = Query::select()
         .column(StreamEvents::TxId)
         .from(table::<StreamEvents>(schema))
-        .and_where(Expr::col(StreamEvents::Id).eq(b.col(StreamOffsets::Offset, offset)))
+        .and_where(Expr::col(StreamEvents::Id).pg_eq(b.col(StreamOffsets::Offset, offset)))
         .take();
     let resume_after = Expr::tuple([
         Func::coalesce([
             Expr::SubQuery(None, Box::new(checkpoint_tx.into())),
-            Expr::cust("'0'::xid8"),
+            cast(Expr::Constant("0".into()), SqlType::Xid8),
         ])
         .into(),
         b.col(StreamOffsets::Offset, offset),
@@ -403,11 +412,15 @@ fn commit_order_read(
         // bigint first, so the server never infers the placeholder as
         // text; xid8 has no cast from bigint but its text form.
         Some(horizon) => cast(
-            b.bind(HORIZON, SqlType::BigInt, horizon.into()),
-            SqlType::BigInt,
-        )
-        .cast_as(Alias::new("text"))
-        .cast_as(Alias::new("xid8")),
+            cast(
+                cast(
+                    b.bind(HORIZON, SqlType::BigInt, horizon.into()),
+                    SqlType::BigInt,
+                ),
+                SqlType::Text,
+            ),
+            SqlType::Xid8,
+        ),
     };
     let mut next = Query::select();
     next.column(StreamEvents::Id)
@@ -415,17 +428,14 @@ fn commit_order_read(
         .and_where(stream)
         .and_where(
             Expr::tuple([Expr::col(StreamEvents::TxId), Expr::col(StreamEvents::Id)])
-                .gt(resume_after),
+                .pg_gt(resume_after),
         )
-        .and_where(Expr::col(StreamEvents::TxId).lt(below))
+        .and_where(Expr::col(StreamEvents::TxId).pg_lt(below))
         .order_by(StreamEvents::TxId, Order::Asc)
         .order_by(StreamEvents::Id, Order::Asc);
     b.limit(&mut next, limit);
     let picked = Alias::new("picked");
-    let ids = Func::cust("unnest").arg(Expr::cust_with_exprs(
-        "ARRAY $1",
-        [Expr::SubQuery(None, Box::new(next.into()))],
-    ));
+    let ids = pinned::unnest(pinned::array_of(next));
     Query::select()
         .columns(
             event_columns()
@@ -435,7 +445,7 @@ fn commit_order_read(
         .from_function(ids, picked.clone())
         .inner_join(
             table::<StreamEvents>(schema),
-            Expr::col((StreamEvents::Table, StreamEvents::Id)).equals(picked),
+            Expr::col((StreamEvents::Table, StreamEvents::Id)).pg_eq(Expr::col(picked)),
         )
         .take()
 }
@@ -456,9 +466,9 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"INSERT INTO "alkstore"."stream_offsets" ("stream", "consumer", "offset") VALUES ($1, $2, $3) "#,
-    ///         r#"ON CONFLICT ("stream", "consumer") DO UPDATE SET "offset" = "excluded"."offset" "#,
-    ///         r#"WHERE "stream_offsets"."offset" < "excluded"."offset""#,
+    ///         r#"INSERT INTO "alkstore"."stream_offsets" ("stream", "consumer", "offset") VALUES ($1, "#,
+    ///         r#"$2, $3) ON CONFLICT ("stream", "consumer") DO UPDATE SET "offset" = "excluded"."offset" "#,
+    ///         r#"WHERE "stream_offsets"."offset" OPERATOR(pg_catalog.<) "excluded"."offset""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["stream", "consumer", "offset"]);
@@ -493,7 +503,7 @@ impl Build for Checkpoint<'_> {
                     .update_column(StreamOffsets::Offset)
                     .action_and_where(
                         Expr::col((StreamOffsets::Table, StreamOffsets::Offset))
-                            .lt(Expr::col((Alias::new("excluded"), StreamOffsets::Offset))),
+                            .pg_lt(Expr::col((Alias::new("excluded"), StreamOffsets::Offset))),
                     )
                     .to_owned(),
             )
@@ -516,8 +526,8 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"SELECT "stream", "consumer", "offset" FROM "alkstore"."stream_offsets" "#,
-    ///         r#"WHERE "stream" = $1 AND "consumer" = $2"#,
+    ///         r#"SELECT "stream", "consumer", "offset" FROM "alkstore"."stream_offsets" WHERE ("stream" "#,
+    ///         r#"OPERATOR(pg_catalog.=) $1) AND ("consumer" OPERATOR(pg_catalog.=) $2)"#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["stream", "consumer"]);
@@ -543,11 +553,11 @@ impl Build for ReadCheckpoint<'_> {
             ])
             .from(table::<StreamOffsets>(schema))
             .and_where(
-                Expr::col(StreamOffsets::Stream).eq(b.col(StreamOffsets::Stream, self.stream)),
+                Expr::col(StreamOffsets::Stream).pg_eq(b.col(StreamOffsets::Stream, self.stream)),
             )
             .and_where(
                 Expr::col(StreamOffsets::Consumer)
-                    .eq(b.col(StreamOffsets::Consumer, self.consumer)),
+                    .pg_eq(b.col(StreamOffsets::Consumer, self.consumer)),
             )
             .take()
     }

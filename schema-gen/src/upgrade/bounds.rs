@@ -77,7 +77,11 @@ impl UpgradeOptions {
     ///
     /// let options = UpgradeOptions::default();
     /// let brief = options.bounds(Wait::Brief);
-    /// assert_eq!(brief.bounds.set_local(), "SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '11s'");
+    /// assert_eq!(
+    ///     brief.bounds.set_local(),
+    ///     "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout = '1s'; \
+    ///      SET LOCAL statement_timeout = '11s'"
+    /// );
     /// assert_eq!(brief.attempts, 20);
     /// assert_eq!(options.bounds(Wait::Long).bounds.statement, Some(Duration::from_secs(3610)));
     /// assert_eq!(options.bounds(Wait::Long).attempts, 1);

@@ -9,6 +9,7 @@ use schema_model::{Job, Jobs, SchemaName};
 use super::returning_job;
 use crate::statements::binder::{Binder, any_of, table};
 use crate::statements::define::{Build, statement};
+use crate::statements::pinned::Pinned;
 use crate::statements::{Rows, RowsAffected};
 
 statement! {
@@ -32,9 +33,10 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "ready" = TRUE WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///         r#"WHERE "queue" = $1 AND (NOT "ready") AND "run_at" <= $2 ORDER BY "run_at" ASC "#,
-    ///         r#"LIMIT $3 FOR UPDATE SKIP LOCKED))"#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "ready" = TRUE WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY "#,
+    ///         r#"(SELECT "id" FROM "alkstore"."jobs" WHERE ("queue" OPERATOR(pg_catalog.=) $1) AND (NOT "#,
+    ///         r#""ready") AND ("run_at" OPERATOR(pg_catalog.<=) $2) ORDER BY "run_at" ASC LIMIT $3 FOR "#,
+    ///         r#"UPDATE SKIP LOCKED))"#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["queue", "now", "limit"]);
@@ -58,9 +60,9 @@ impl Build for Promote<'_> {
         let mut due = Query::select();
         due.column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).eq(b.col(Jobs::Queue, queue)))
+            .and_where(Expr::col(Jobs::Queue).pg_eq(b.col(Jobs::Queue, queue)))
             .and_where(Expr::col(Jobs::Ready).not())
-            .and_where(Expr::col(Jobs::RunAt).lte(b.now(now)))
+            .and_where(Expr::col(Jobs::RunAt).pg_le(b.now(now)))
             .order_by(Jobs::RunAt, Order::Asc);
         b.limit(&mut due, limit);
         due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
@@ -98,14 +100,15 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = $1, "claimed_at" = $2, "#,
-    ///         r#""claim_expires_at" = $2 + "visibility_timeout_s", "attempts" = "attempts" + 1 "#,
-    ///         r#"WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///         r#"WHERE "queue" = $3 AND "claimed_at" IS NULL AND "ready" AND "run_at" <= $2 "#,
-    ///         r#"ORDER BY "priority" DESC, "run_at" ASC, "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED)) "#,
-    ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at", "#,
-    ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "#,
-    ///         r#""attempts", "worker_id", "claimed_at", "claim_expires_at", "last_error""#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = $1, "claimed_at" = $2, "claim_expires_at" = "#,
+    ///         r#"$2 OPERATOR(pg_catalog.+) "visibility_timeout_s", "attempts" = "attempts" "#,
+    ///         r#"OPERATOR(pg_catalog.+) 1 WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY (SELECT "id" FROM "#,
+    ///         r#""alkstore"."jobs" WHERE ("queue" OPERATOR(pg_catalog.=) $3) AND "claimed_at" IS NULL "#,
+    ///         r#"AND "ready" AND ("run_at" OPERATOR(pg_catalog.<=) $2) ORDER BY "priority" DESC, "#,
+    ///         r#""run_at" ASC, "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED)) RETURNING "id", "queue", "#,
+    ///         r#""payload", "priority", "run_at", "expires_at", "enqueued_at", "visibility_timeout_s", "#,
+    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "#,
+    ///         r#""claimed_at", "claim_expires_at", "last_error""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["worker_id", "now", "queue", "limit"]);
@@ -135,14 +138,14 @@ impl Build for Claim<'_> {
         } = *self;
         let worker = b.col(Jobs::WorkerId, worker_id);
         let claimed_at = b.now(now);
-        let lapses = b.now(now).add(Expr::col(Jobs::VisibilityTimeoutS));
+        let lapses = b.now(now).pg_add(Expr::col(Jobs::VisibilityTimeoutS));
         let mut next = Query::select();
         next.column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).eq(b.col(Jobs::Queue, queue)))
+            .and_where(Expr::col(Jobs::Queue).pg_eq(b.col(Jobs::Queue, queue)))
             .and_where(Expr::col(Jobs::ClaimedAt).is_null())
             .and_where(Expr::col(Jobs::Ready))
-            .and_where(Expr::col(Jobs::RunAt).lte(b.now(now)))
+            .and_where(Expr::col(Jobs::RunAt).pg_le(b.now(now)))
             .order_by(Jobs::Priority, Order::Desc)
             .order_by(Jobs::RunAt, Order::Asc)
             .order_by(Jobs::Id, Order::Asc);
@@ -155,7 +158,7 @@ impl Build for Claim<'_> {
             .value(Jobs::ClaimExpiresAt, lapses)
             .value(
                 Jobs::Attempts,
-                Expr::col(Jobs::Attempts).add(Expr::Constant(1_i32.into())),
+                Expr::col(Jobs::Attempts).pg_add(Expr::Constant(1_i32.into())),
             )
             .and_where(any_of(Jobs::Id, next))
             .returning(returning_job())

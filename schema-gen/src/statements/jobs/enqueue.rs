@@ -1,6 +1,6 @@
 //! Enqueue, one job or a batch.
 
-use sea_query::{Alias, Expr, ExprTrait, Query};
+use sea_query::{Alias, Expr, Query};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{Job, Jobs, SchemaName, SqlType};
@@ -8,6 +8,7 @@ use schema_model::{Job, Jobs, SchemaName, SqlType};
 use super::{JobId, ready_at};
 use crate::statements::binder::{Binder, cast, table};
 use crate::statements::define::{Build, statement};
+use crate::statements::pinned::{self, Pinned};
 use crate::statements::{One, Rows};
 
 statement! {
@@ -32,9 +33,9 @@ statement! {
     ///     concat!(
     ///         r#"INSERT INTO "alkstore"."jobs" ("queue", "payload", "priority", "run_at", "expires_at", "#,
     ///         r#""enqueued_at", "visibility_timeout_s", "max_attempts", "backoff_base_s", "#,
-    ///         r#""dead_letter_retention_s", "attempts", "ready") "#,
-    ///         r#"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, CAST($4 AS bigint) <= CAST($11 AS bigint)) "#,
-    ///         r#"RETURNING "id""#,
+    ///         r#""dead_letter_retention_s", "attempts", "ready") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "#,
+    ///         r#"$9, $10, 0, CAST($4 AS pg_catalog.int8) OPERATOR(pg_catalog.<=) CAST($11 AS "#,
+    ///         r#"pg_catalog.int8)) RETURNING "id""#,
     ///     )
     /// );
     /// assert_eq!(
@@ -115,17 +116,19 @@ statement! {
     ///     concat!(
     ///         r#"INSERT INTO "alkstore"."jobs" ("queue", "payload", "priority", "run_at", "expires_at", "#,
     ///         r#""enqueued_at", "visibility_timeout_s", "max_attempts", "backoff_base_s", "#,
-    ///         r#""dead_letter_retention_s", "attempts", "ready") "#,
-    ///         r#"SELECT "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at", "#,
-    ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "#,
-    ///         r#"0, "run_at" <= CAST($1 AS bigint) FROM (SELECT "#,
-    ///         r#"unnest(CAST($2 AS text[])) AS "queue", unnest(CAST($3 AS bytea[])) AS "payload", "#,
-    ///         r#"unnest(CAST($4 AS integer[])) AS "priority", unnest(CAST($5 AS bigint[])) AS "run_at", "#,
-    ///         r#"unnest(CAST($6 AS bigint[])) AS "expires_at", unnest(CAST($7 AS bigint[])) AS "enqueued_at", "#,
-    ///         r#"unnest(CAST($8 AS bigint[])) AS "visibility_timeout_s", unnest(CAST($9 AS integer[])) AS "max_attempts", "#,
-    ///         r#"unnest(CAST($10 AS bigint[])) AS "backoff_base_s", "#,
-    ///         r#"unnest(CAST($11 AS bigint[])) AS "dead_letter_retention_s") AS "batch" "#,
-    ///         r#"RETURNING "id""#,
+    ///         r#""dead_letter_retention_s", "attempts", "ready") SELECT "queue", "payload", "priority", "#,
+    ///         r#""run_at", "expires_at", "enqueued_at", "visibility_timeout_s", "max_attempts", "#,
+    ///         r#""backoff_base_s", "dead_letter_retention_s", 0, "run_at" OPERATOR(pg_catalog.<=) "#,
+    ///         r#"CAST($1 AS pg_catalog.int8) FROM (SELECT pg_catalog.unnest(CAST($2 AS "#,
+    ///         r#"pg_catalog.text[])) AS "queue", pg_catalog.unnest(CAST($3 AS pg_catalog.bytea[])) AS "#,
+    ///         r#""payload", pg_catalog.unnest(CAST($4 AS pg_catalog.int4[])) AS "priority", "#,
+    ///         r#"pg_catalog.unnest(CAST($5 AS pg_catalog.int8[])) AS "run_at", pg_catalog.unnest(CAST($6 "#,
+    ///         r#"AS pg_catalog.int8[])) AS "expires_at", pg_catalog.unnest(CAST($7 AS "#,
+    ///         r#"pg_catalog.int8[])) AS "enqueued_at", pg_catalog.unnest(CAST($8 AS pg_catalog.int8[])) "#,
+    ///         r#"AS "visibility_timeout_s", pg_catalog.unnest(CAST($9 AS pg_catalog.int4[])) AS "#,
+    ///         r#""max_attempts", pg_catalog.unnest(CAST($10 AS pg_catalog.int8[])) AS "backoff_base_s", "#,
+    ///         r#"pg_catalog.unnest(CAST($11 AS pg_catalog.int8[])) AS "dead_letter_retention_s") AS "#,
+    ///         r#""batch" RETURNING "id""#,
     ///     )
     /// );
     /// let types: Vec<String> = s.params().iter().map(|p| p.type_name()).collect();
@@ -151,7 +154,7 @@ impl Build for EnqueueMany<'_> {
             (column, array)
         };
         // `now` comes first in the text (the select list), the arrays after.
-        let ready = Expr::col(Jobs::RunAt).lte(cast(b.now(now), SqlType::BigInt));
+        let ready = Expr::col(Jobs::RunAt).pg_le(cast(b.now(now), SqlType::BigInt));
         let fields = [
             column(b, Jobs::Queue, &|j| j.queue.clone().into()),
             column(b, Jobs::Payload, &|j| j.payload.clone().into()),
@@ -170,7 +173,7 @@ impl Build for EnqueueMany<'_> {
         ];
         let mut rows = Query::select();
         for (column, array) in &fields {
-            rows.expr_as(sea_query::Func::cust("unnest").arg(array.clone()), *column);
+            rows.expr_as(pinned::unnest(array.clone()), *column);
         }
         let mut select = Query::select();
         for (column, _) in &fields {

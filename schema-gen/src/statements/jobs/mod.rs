@@ -18,14 +18,15 @@ pub use sweeps::{
 pub use verdicts::{Ack, AckMany, Kill, Retry, ack, ack_many, kill, retry};
 
 use sea_query::{
-    Alias, CommonTableExpression, DeleteStatement, Expr, ExprTrait, Query, ReturningClause,
-    WithClause, WithQuery,
+    Alias, CommonTableExpression, DeleteStatement, Expr, Query, ReturningClause, WithClause,
+    WithQuery,
 };
 use strum::IntoEnumIterator;
 
 use schema_model::{DeadJobs, Job, Jobs, SchemaName, SqlType, TableModel};
 
 use super::binder::{Binder, cast, table};
+use super::pinned::Pinned;
 use super::row::get;
 use super::{Decode, FromRow, RowError};
 
@@ -83,7 +84,7 @@ impl Decode for JobId {
 fn ready_at(b: &mut Binder, run_at: i64, now: i64) -> Expr {
     let run_at = cast(b.col(Jobs::RunAt, run_at), SqlType::BigInt);
     let now = cast(b.now(now), SqlType::BigInt);
-    run_at.lte(now)
+    run_at.pg_le(now)
 }
 
 /// Where each `dead_jobs` column comes from when a job dies. An exhaustive

@@ -2,9 +2,7 @@
 //! bury jobs whose last claim lapsed ([`reap_exhausted`]) or that expired
 //! ([`expire`]); and the maintenance step [`vacuum`].
 
-use sea_query::{
-    Expr, ExprTrait, IdenStatic, LockBehavior, LockType, Order, Query, SelectStatement,
-};
+use sea_query::{Expr, IdenStatic, LockBehavior, LockType, Order, Query, SelectStatement};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{Jobs, SchemaName, TableModel};
@@ -13,6 +11,7 @@ use super::{JobId, bury};
 use crate::statements::binder::{Binder, Raw, any_of, table};
 use crate::statements::dead_jobs::DeadJobId;
 use crate::statements::define::{Build, statement};
+use crate::statements::pinned::Pinned;
 use crate::statements::{Done, Rows};
 
 /// The `last_error` of a job whose last claim lapsed ([`reap_exhausted`]).
@@ -35,11 +34,11 @@ fn lapsed_claims(
     lapsed
         .column(Jobs::Id)
         .from(table::<Jobs>(schema))
-        .and_where(Expr::col(Jobs::ClaimExpiresAt).lte(b.now(now)))
+        .and_where(Expr::col(Jobs::ClaimExpiresAt).pg_le(b.now(now)))
         .and_where(if attempts_left {
-            Expr::col(Jobs::Attempts).lt(Expr::col(Jobs::MaxAttempts))
+            Expr::col(Jobs::Attempts).pg_lt(Expr::col(Jobs::MaxAttempts))
         } else {
-            Expr::col(Jobs::Attempts).gte(Expr::col(Jobs::MaxAttempts))
+            Expr::col(Jobs::Attempts).pg_ge(Expr::col(Jobs::MaxAttempts))
         })
         .order_by(Jobs::ClaimExpiresAt, Order::Asc);
     b.limit(&mut lapsed, limit);
@@ -65,10 +64,11 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = NULL, "claimed_at" = NULL, "claim_expires_at" = NULL "#,
-    ///         r#"WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///         r#"WHERE "claim_expires_at" <= $1 AND "attempts" < "max_attempts" "#,
-    ///         r#"ORDER BY "claim_expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id""#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = NULL, "claimed_at" = NULL, "#,
+    ///         r#""claim_expires_at" = NULL WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY (SELECT "id" FROM "#,
+    ///         r#""alkstore"."jobs" WHERE ("claim_expires_at" OPERATOR(pg_catalog.<=) $1) AND ("attempts" "#,
+    ///         r#"OPERATOR(pg_catalog.<) "max_attempts") ORDER BY "claim_expires_at" ASC LIMIT $2 FOR "#,
+    ///         r#"UPDATE SKIP LOCKED)) RETURNING "id""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["now", "limit"]);
@@ -112,12 +112,14 @@ statement! {
     ///
     /// let s = jobs::reap_exhausted(&SchemaName::default(), 1_700_000_000, 100);
     /// assert!(s.sql().starts_with(concat!(
-    ///     r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///     r#"WHERE "claim_expires_at" <= $1 AND "attempts" >= "max_attempts" "#,
+    ///     r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE "id" OPERATOR(pg_catalog.=) "#,
+    ///     r#"ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
+    ///     r#"WHERE ("claim_expires_at" OPERATOR(pg_catalog.<=) $1) "#,
+    ///     r#"AND ("attempts" OPERATOR(pg_catalog.>=) "max_attempts") "#,
     ///     r#"ORDER BY "claim_expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id", "#,
     /// )));
     /// assert!(s.sql().ends_with(
-    ///     r#""claimed_at", CAST('claim lapsed on the last attempt: the worker neither acked, retried nor killed the job in time' AS text), CAST($1 AS bigint) FROM "dead" RETURNING "id""#
+    ///     r#""claimed_at", CAST('claim lapsed on the last attempt: the worker neither acked, retried nor killed the job in time' AS pg_catalog.text), CAST($1 AS pg_catalog.int8) FROM "dead" RETURNING "id""#
     /// ));
     /// assert_eq!(s.param_names(), ["now", "limit"]);
     /// ```
@@ -164,10 +166,11 @@ statement! {
     ///
     /// let s = jobs::expire(&SchemaName::default(), 1_700_000_000, 100);
     /// assert!(s.sql().starts_with(concat!(
-    ///     r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///     r#"WHERE "expires_at" < $1 ORDER BY "expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id", "#,
+    ///     r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE "id" OPERATOR(pg_catalog.=) "#,
+    ///     r#"ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" WHERE "expires_at" OPERATOR(pg_catalog.<) $1 "#,
+    ///     r#"ORDER BY "expires_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING "id", "#,
     /// )));
-    /// assert!(s.sql().ends_with(r#"CAST($1 AS bigint) FROM "dead" RETURNING "id""#));
+    /// assert!(s.sql().ends_with(r#"CAST($1 AS pg_catalog.int8) FROM "dead" RETURNING "id""#));
     /// assert_eq!(s.param_names(), ["now", "limit"]);
     /// ```
     pub fn expire;
@@ -187,7 +190,7 @@ impl Build for Expire {
         expired
             .column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::ExpiresAt).lt(b.now(self.now)))
+            .and_where(Expr::col(Jobs::ExpiresAt).pg_lt(b.now(self.now)))
             .order_by(Jobs::ExpiresAt, Order::Asc);
         b.limit(&mut expired, self.limit);
         expired.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);

@@ -3,7 +3,7 @@
 //! (the module docs of [`statements`](crate::statements), "Claims are
 //! fenced").
 
-use sea_query::{Expr, ExprTrait, Query};
+use sea_query::{Expr, Query};
 use sea_query_postgres::PostgresBinder;
 
 use schema_model::{Jobs, SchemaName};
@@ -12,15 +12,16 @@ use super::{bury, ready_at};
 use crate::statements::binder::{Binder, table};
 use crate::statements::dead_jobs::DeadJobId;
 use crate::statements::define::{Build, statement};
+use crate::statements::pinned::{self, Pinned};
 use crate::statements::{Optional, RowsAffected};
 
 /// `id = $ AND worker_id = $ AND attempts = $`: the job, while this claim
 /// holds.
 fn held_claim(b: &mut Binder, id: i64, worker_id: &str, attempts: i32) -> [Expr; 3] {
     [
-        Expr::col(Jobs::Id).eq(b.col(Jobs::Id, id)),
-        Expr::col(Jobs::WorkerId).eq(b.col(Jobs::WorkerId, worker_id)),
-        Expr::col(Jobs::Attempts).eq(b.col(Jobs::Attempts, attempts)),
+        Expr::col(Jobs::Id).pg_eq(b.col(Jobs::Id, id)),
+        Expr::col(Jobs::WorkerId).pg_eq(b.col(Jobs::WorkerId, worker_id)),
+        Expr::col(Jobs::Attempts).pg_eq(b.col(Jobs::Attempts, attempts)),
     ]
 }
 
@@ -39,7 +40,10 @@ statement! {
     /// let s = jobs::ack(&SchemaName::default(), 42, "worker-1", 1);
     /// assert_eq!(
     ///     s.sql(),
-    ///     r#"DELETE FROM "alkstore"."jobs" WHERE "id" = $1 AND "worker_id" = $2 AND "attempts" = $3"#
+    ///     concat!(
+    ///         r#"DELETE FROM "alkstore"."jobs" WHERE ("id" OPERATOR(pg_catalog.=) $1) AND ("worker_id" "#,
+    ///         r#"OPERATOR(pg_catalog.=) $2) AND ("attempts" OPERATOR(pg_catalog.=) $3)"#,
+    ///     )
     /// );
     /// assert_eq!(s.param_names(), ["id", "worker_id", "attempts"]);
     /// ```
@@ -82,8 +86,10 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"DELETE FROM "alkstore"."jobs" WHERE ("id" = ANY(CAST($1 AS bigint[]))) AND "worker_id" = $2 "#,
-    ///         r#"AND ("id", "attempts") IN (SELECT unnest(CAST($1 AS bigint[])), unnest(CAST($3 AS integer[])))"#,
+    ///         r#"DELETE FROM "alkstore"."jobs" WHERE ("id" OPERATOR(pg_catalog.=) ANY(CAST($1 AS "#,
+    ///         r#"pg_catalog.int8[]))) AND ("worker_id" OPERATOR(pg_catalog.=) $2) AND (("id", "#,
+    ///         r#""attempts") OPERATOR(pg_catalog.=) ANY (SELECT pg_catalog.unnest(CAST($1 AS "#,
+    ///         r#"pg_catalog.int8[])), pg_catalog.unnest(CAST($3 AS pg_catalog.int4[]))))"#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["id", "worker_id", "attempts"]);
@@ -110,29 +116,25 @@ impl Build for AckMany<'_> {
         let candidates = b.col_array(Jobs::Id, ids());
         let worker = b.col(Jobs::WorkerId, worker_id);
         let tokens = Query::select()
-            .expr(sea_query::Func::cust("unnest").arg(b.col_array(Jobs::Id, ids())))
-            .expr(
-                sea_query::Func::cust("unnest").arg(
-                    b.col_array(
-                        Jobs::Attempts,
-                        claims
-                            .iter()
-                            .map(|(_, attempts)| (*attempts).into())
-                            .collect(),
-                    ),
+            .expr(pinned::unnest(b.col_array(Jobs::Id, ids())))
+            .expr(pinned::unnest(
+                b.col_array(
+                    Jobs::Attempts,
+                    claims
+                        .iter()
+                        .map(|(_, attempts)| (*attempts).into())
+                        .collect(),
                 ),
-            )
+            ))
             .take();
         Query::delete()
             .from_table(table::<Jobs>(schema))
-            .and_where(Expr::cust_with_exprs(
-                "$1 = ANY($2)",
-                [Expr::col(Jobs::Id), candidates],
+            .and_where(pinned::eq_any(Expr::col(Jobs::Id), candidates))
+            .and_where(Expr::col(Jobs::WorkerId).pg_eq(worker))
+            .and_where(pinned::in_rows(
+                Expr::tuple([Expr::col(Jobs::Id), Expr::col(Jobs::Attempts)]),
+                tokens,
             ))
-            .and_where(Expr::col(Jobs::WorkerId).eq(worker))
-            .and_where(
-                Expr::tuple([Expr::col(Jobs::Id), Expr::col(Jobs::Attempts)]).in_subquery(tokens),
-            )
             .take()
     }
 }
@@ -157,10 +159,11 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "run_at" = $1, "#,
-    ///         r#""ready" = CAST($1 AS bigint) <= CAST($2 AS bigint), "last_error" = $3, "#,
-    ///         r#""worker_id" = NULL, "claimed_at" = NULL, "claim_expires_at" = NULL "#,
-    ///         r#"WHERE "id" = $4 AND "worker_id" = $5 AND "attempts" = $6"#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "run_at" = $1, "ready" = CAST($1 AS pg_catalog.int8) "#,
+    ///         r#"OPERATOR(pg_catalog.<=) CAST($2 AS pg_catalog.int8), "last_error" = $3, "worker_id" = "#,
+    ///         r#"NULL, "claimed_at" = NULL, "claim_expires_at" = NULL WHERE ("id" OPERATOR(pg_catalog.=) "#,
+    ///         r#"$4) AND ("worker_id" OPERATOR(pg_catalog.=) $5) AND ("attempts" OPERATOR(pg_catalog.=) "#,
+    ///         r#"$6)"#,
     ///     )
     /// );
     /// assert_eq!(
@@ -223,15 +226,17 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE "id" = $1 AND "worker_id" = $2 AND "attempts" = $3 "#,
-    ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "enqueued_at", "visibility_timeout_s", "#,
-    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "claimed_at") "#,
-    ///         r#"INSERT INTO "alkstore"."dead_jobs" ("id", "queue", "payload", "priority", "run_at", "enqueued_at", "#,
-    ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "#,
-    ///         r#""worker_id", "claimed_at", "last_error", "died_at") "#,
-    ///         r#"SELECT "id", "queue", "payload", "priority", "run_at", "enqueued_at", "visibility_timeout_s", "#,
-    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "claimed_at", "#,
-    ///         r#"CAST($4 AS text), CAST($5 AS bigint) FROM "dead" RETURNING "id""#,
+    ///         r#"WITH "dead" AS (DELETE FROM "alkstore"."jobs" WHERE ("id" OPERATOR(pg_catalog.=) $1) "#,
+    ///         r#"AND ("worker_id" OPERATOR(pg_catalog.=) $2) AND ("attempts" OPERATOR(pg_catalog.=) $3) "#,
+    ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "enqueued_at", "#,
+    ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "#,
+    ///         r#""attempts", "worker_id", "claimed_at") INSERT INTO "alkstore"."dead_jobs" ("id", "#,
+    ///         r#""queue", "payload", "priority", "run_at", "enqueued_at", "visibility_timeout_s", "#,
+    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "#,
+    ///         r#""claimed_at", "last_error", "died_at") SELECT "id", "queue", "payload", "priority", "#,
+    ///         r#""run_at", "enqueued_at", "visibility_timeout_s", "max_attempts", "backoff_base_s", "#,
+    ///         r#""dead_letter_retention_s", "attempts", "worker_id", "claimed_at", CAST($4 AS "#,
+    ///         r#"pg_catalog.text), CAST($5 AS pg_catalog.int8) FROM "dead" RETURNING "id""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["id", "worker_id", "attempts", "last_error", "now"]);
