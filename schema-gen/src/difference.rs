@@ -292,6 +292,107 @@ pub enum Difference {
         /// How the layout places it, in words.
         expected: String,
     },
+    /// An index the engine reads (a model index, or the index of a model
+    /// key) is not ready (`indisready`: writes do not maintain it), not live
+    /// (`indislive`: a drop is under way) or, for a key's index, not valid:
+    /// reads through it miss rows, and a key's `ON CONFLICT` fails.
+    IndexState {
+        /// The table it is on.
+        table: String,
+        /// The index's name.
+        index: String,
+        /// The constraint it backs, if any.
+        constraint: Option<String>,
+        /// `indisvalid`.
+        valid: bool,
+        /// `indisready`.
+        ready: bool,
+        /// `indislive`.
+        live: bool,
+        /// The statement that repairs it.
+        fix: String,
+    },
+    /// An index the model does not declare, left by an interrupted
+    /// concurrent build, rebuild or drop (`_ccnew`, `_ccold`, or not valid,
+    /// ready or live): writes may keep paying for it, reads never use it.
+    LeftoverIndex {
+        /// The table it is on.
+        table: String,
+        /// The index's name.
+        index: String,
+        /// What left it, and its flags, in words.
+        why: String,
+        /// The statement that removes it.
+        fix: String,
+    },
+    /// The family's tables have more than one owner: each owner can drop,
+    /// alter or restart the sequences of its tables whatever the others
+    /// decide.
+    MixedOwners {
+        /// `role owns t1, t2`, largest group first.
+        owners: Vec<String>,
+    },
+    /// The schema is owned by another role than the family's tables (a DBA
+    /// who made the schema, or a squatter): documentation only, for the DBA
+    /// to decide, since that role can drop every table of the schema.
+    SchemaOwner {
+        /// The schema's name.
+        schema: String,
+        /// Its owner.
+        owner: String,
+        /// The owner of the family's tables.
+        family_owner: String,
+    },
+    /// An identity sequence would hand out a value at or below one already
+    /// stored from it (restarted by hand, `TRUNCATE ... RESTART IDENTITY`, a
+    /// logical-replication failover).
+    SequenceBehind {
+        /// The table holding the values.
+        table: String,
+        /// The column holding them.
+        column: String,
+        /// The identity sequence.
+        sequence: String,
+        /// The value it hands out next.
+        next: i64,
+        /// The largest value stored in the column.
+        max: i64,
+        /// The promise that breaks, in words.
+        breaks: String,
+        /// The statement that puts the sequence ahead again.
+        fix: String,
+    },
+    /// A table of the family is owned by another role than the one that
+    /// would create the rest of it: bootstrap does not complete a family
+    /// that would then have two owners.
+    OwnedByAnother {
+        /// The table.
+        table: String,
+        /// Its owner.
+        owner: String,
+        /// The role that would create the missing tables.
+        role: String,
+    },
+    /// The `schema_versions` rows are none an upgrade writes: they contradict
+    /// themselves or the shape of the schema (edited by hand, or forged to
+    /// make a check trust a shape it would refuse).
+    VersionRows {
+        /// Every row, in words.
+        rows: Vec<String>,
+        /// What is wrong with them.
+        why: String,
+    },
+    /// A promise about numbers that the role could not check (documentation
+    /// only): it may not read the table or the sequence, or the table is
+    /// too large to read without an index.
+    NumberUnverified {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// Why, in words.
+        why: String,
+    },
 }
 
 impl Difference {
@@ -301,11 +402,15 @@ impl Difference {
         matches!(self, Self::MissingSchema { .. } | Self::MissingTable { .. })
     }
 
-    /// Whether this is a comment difference: documentation, not shape.
-    /// `check` reports it; bootstrap never refuses over it, and a re-run of
-    /// the printed script (`schema-gen sql | psql`) refreshes comments.
+    /// Whether this is documentation only, not shape: a comment (a re-run
+    /// of the printed script, `schema-gen sql | psql`, refreshes it), or a
+    /// note for the DBA (the schema's owner, a promise the role could not
+    /// check). `check` reports it; bootstrap never refuses over it.
     pub fn is_comment(&self) -> bool {
-        matches!(self, Self::Comment { .. })
+        matches!(
+            self,
+            Self::Comment { .. } | Self::SchemaOwner { .. } | Self::NumberUnverified { .. }
+        )
     }
 
     /// Whether this is drift: an object that exists with another shape than
@@ -523,6 +628,97 @@ impl fmt::Display for Difference {
                 found: None,
                 expected,
             } => write!(f, "comment on {object}: missing, model says {expected:?}"),
+            Self::IndexState {
+                table,
+                index,
+                constraint,
+                valid,
+                ready,
+                live,
+                fix,
+            } => {
+                let of = constraint
+                    .as_ref()
+                    .map(|c| format!(" (the index of constraint {c})"))
+                    .unwrap_or_default();
+                let mut flags = Vec::new();
+                if !valid {
+                    flags.push("INVALID (indisvalid = false)");
+                }
+                if !ready {
+                    flags.push("not ready (indisready = false: writes do not maintain it)");
+                }
+                if !live {
+                    flags.push("not live (indislive = false: being dropped)");
+                }
+                let effect = if constraint.is_some() {
+                    "the key is not enforced through it and ON CONFLICT on it fails"
+                } else {
+                    "reads through it miss rows"
+                };
+                write!(
+                    f,
+                    "index {index}{of} on {table} is {}: {effect}; fix: {fix}",
+                    flags.join(", ")
+                )
+            }
+            Self::LeftoverIndex {
+                table,
+                index,
+                why,
+                fix,
+            } => write!(
+                f,
+                "leftover index {index} on {table}: {why}; writes may maintain it, reads never use \
+                 it; remove it with `{fix}`"
+            ),
+            Self::MixedOwners { owners } => write!(
+                f,
+                "the family has more than one owner ({}): each can drop, alter or restart the \
+                 sequences of its tables; give them one owner (ALTER TABLE ... OWNER TO)",
+                owners.join("; ")
+            ),
+            Self::SchemaOwner {
+                schema,
+                owner,
+                family_owner,
+            } => write!(
+                f,
+                "schema {schema} is owned by {owner}, the family by {family_owner}: {owner} can \
+                 drop any table of the schema (and with it its rows), and create objects in it; \
+                 if {owner} is not a DBA you trust, ALTER SCHEMA {schema} OWNER TO {family_owner}"
+            ),
+            Self::SequenceBehind {
+                table,
+                column,
+                sequence,
+                next,
+                max,
+                breaks,
+                fix,
+            } => write!(
+                f,
+                "{table}.{column}: sequence {sequence} hands out {next} next, but {table}.{column} \
+                 already holds {max}: {breaks}; fix: {fix}"
+            ),
+            Self::VersionRows { rows, why } => write!(
+                f,
+                "schema_versions rows no upgrade wrote: {why} (rows: {}); the version is unknown, \
+                 so nothing is trusted: restore the rows from a backup, or from the release that \
+                 made the schema, before an upgrade or an engine opens it",
+                rows.join("; ")
+            ),
+            Self::OwnedByAnother { table, owner, role } => write!(
+                f,
+                "table {table} is owned by {owner}, not by {role}, which would create the rest of \
+                 the family: a family has one owner, so nothing is created; if {owner} is not \
+                 yours, drop {table} (and the schema, if {owner} made it); otherwise run apply as \
+                 {owner}, or ALTER TABLE ... OWNER TO {role} first"
+            ),
+            Self::NumberUnverified { table, column, why } => write!(
+                f,
+                "{table}.{column}: not checked against its identity sequence: {why}"
+            ),
         }
     }
 }

@@ -73,6 +73,7 @@ use crate::check;
 use crate::difference::Difference;
 use crate::error::{Error, ErrorKind};
 use crate::options::Options;
+use crate::verify::owned_by_another;
 use crate::versions::{Standing, Verdict};
 
 /// What [`bootstrap`] did.
@@ -264,6 +265,16 @@ pub async fn bootstrap_with(
     if let Some(current) = decide(inspection.verdict, schema, &live.role)? {
         return Ok(current);
     }
+    // One owner for the family: what exists and belongs to another role is
+    // not completed under this one's name.
+    let others = owned_by_another(&live, &live.role, &history.target().shape);
+    if !others.is_empty() {
+        return Err(ErrorKind::Drift {
+            schema: schema.clone(),
+            differences: others,
+        }
+        .into());
+    }
     let result = match create::create(client, schema, history, options, &live).await {
         // A creator that does not take the advisory lock (a hand-written
         // script) can still clash with us on a catalog unique index; the
@@ -336,6 +347,8 @@ fn decide(verdict: Verdict, schema: &SchemaName, role: &str) -> Result<Option<Ou
             model,
         }
         .into()),
+        // What this release relies on was verified whatever the rows say.
+        Standing::Newer { .. } if verdict.drifts() => Err(drift(verdict.differences)),
         Standing::Newer {
             found,
             serves_target: true,
@@ -362,13 +375,23 @@ fn decide(verdict: Verdict, schema: &SchemaName, role: &str) -> Result<Option<Ou
             schema: schema.clone(),
             version: model,
             oldest_served,
-            stale_comments: verdict.differences,
+            stale_comments: comments_only(verdict.differences),
         })),
         Standing::Current => Ok(Some(Outcome::AlreadyCurrent {
             schema: schema.clone(),
-            stale_comments: verdict.differences,
+            stale_comments: comments_only(verdict.differences),
         })),
     }
+}
+
+/// The comments among documentation-only differences (the notes for a
+/// DBA, the schema's owner or a promise the role could not check, are
+/// `check`'s to print, not an open's).
+fn comments_only(differences: Vec<Difference>) -> Vec<Difference> {
+    differences
+        .into_iter()
+        .filter(|d| matches!(d, Difference::Comment { .. }))
+        .collect()
 }
 
 fn is_creation_clash(err: &Error) -> bool {
@@ -416,6 +439,7 @@ mod tests {
             relations: vec![],
             objects: vec![],
             versions: None,
+            maxima: vec![],
         };
         let all = render::bootstrap_statements(&schema());
         let planned = plan(&live, all.clone());
@@ -434,7 +458,10 @@ mod tests {
     fn only_missing_tables_are_created_in_an_existing_schema() {
         let mut live = perfect(&schema());
         live.relations.retain(|r| r.name != "locks");
-        live.schema = Some(LiveSchema { comment: None });
+        live.schema = Some(LiveSchema {
+            comment: None,
+            owner: live.role.clone(),
+        });
         let planned = plan(&live, render::bootstrap_statements(&schema()));
         assert!(
             planned.iter().all(|p| p.table.as_deref() == Some("locks")),

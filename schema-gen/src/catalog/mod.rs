@@ -35,12 +35,14 @@
 //! one `lock_timeout` bounds.
 
 mod holders;
+pub mod numbers;
 mod query;
 mod read;
 
 use serde::{Deserialize, Serialize};
 
 pub(crate) use holders::{explain, holders, lock_holders};
+pub use numbers::LiveMaximum;
 pub use query::{batch, statement};
 pub(crate) use read::parse;
 pub use read::{read, read_with};
@@ -65,6 +67,10 @@ pub struct LiveCatalog {
     /// `None` when the schema has no such table.
     #[serde(default)]
     pub versions: Option<LiveVersions>,
+    /// The largest value of each column whose values an identity sequence
+    /// draws ([`numbers::promises`]), for the tables that exist.
+    #[serde(default)]
+    pub maxima: Vec<LiveMaximum>,
 }
 
 /// The `schema_versions` table of a schema.
@@ -82,6 +88,9 @@ pub struct LiveVersions {
 pub struct LiveSchema {
     /// `COMMENT ON SCHEMA`, if any.
     pub comment: Option<String>,
+    /// The role that owns it.
+    #[serde(default)]
+    pub owner: String,
 }
 
 /// A table (or view, sequence, ...) of the schema.
@@ -95,6 +104,9 @@ pub struct LiveRelation {
     pub kind: String,
     /// `pg_class.relpersistence`: `p` permanent, `u` unlogged, `t` temporary.
     pub persistence: String,
+    /// The role that owns it (and, for a table, its indexes and identity
+    /// sequences).
+    pub owner: String,
     /// The table access method (`heap`), `None` for relations without one.
     pub access_method: Option<String>,
     /// `pg_class.reloptions` (`fillfactor=70`), then the TOAST table's, each
@@ -192,6 +204,32 @@ pub struct LiveSequence {
     pub cycle: bool,
     /// `p` logged, `u` unlogged.
     pub persistence: String,
+    /// Where it stands, `None` when the role may not read it.
+    #[serde(default)]
+    pub position: Option<SequencePosition>,
+}
+
+/// Where a sequence stands (its `last_value` and `is_called`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SequencePosition {
+    /// `last_value`.
+    pub last_value: i64,
+    /// `is_called`: whether `last_value` was handed out already.
+    pub is_called: bool,
+}
+
+impl LiveSequence {
+    /// The value the sequence hands out next, when the role could read its
+    /// position.
+    pub fn next_value(&self) -> Option<i64> {
+        self.position.map(|p| {
+            if p.is_called {
+                p.last_value.saturating_add(self.increment)
+            } else {
+                p.last_value
+            }
+        })
+    }
 }
 
 impl LiveCatalog {
@@ -224,6 +262,31 @@ pub struct LiveIndex {
     pub definition: String,
     /// `indisvalid`: false after a failed `CREATE INDEX CONCURRENTLY`.
     pub valid: bool,
+    /// `indisready`: false while (or after an interrupted) `CREATE INDEX
+    /// CONCURRENTLY` has not made writes maintain it.
+    #[serde(default = "yes")]
+    pub ready: bool,
+    /// `indislive`: false once `DROP INDEX CONCURRENTLY` started dropping it.
+    #[serde(default = "yes")]
+    pub live: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The index a primary key, unique or exclusion constraint works through,
+/// with its flags.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveConstraintIndex {
+    /// The index's name.
+    pub name: String,
+    /// `indisvalid`.
+    pub valid: bool,
+    /// `indisready`.
+    pub ready: bool,
+    /// `indislive`.
+    pub live: bool,
 }
 
 /// A constraint.
@@ -237,6 +300,9 @@ pub struct LiveConstraint {
     pub constraint_type: String,
     /// `pg_get_constraintdef`.
     pub definition: String,
+    /// The index it works through (primary key, unique, exclusion).
+    #[serde(default)]
+    pub index: Option<LiveConstraintIndex>,
 }
 
 /// A trigger.
@@ -288,6 +354,8 @@ impl LiveIndex {
     ///     name: "i".into(),
     ///     definition: "CREATE UNIQUE INDEX i ON s.t USING btree (a) WHERE (b IS NULL)".into(),
     ///     valid: true,
+    ///     ready: true,
+    ///     live: true,
     /// };
     /// assert_eq!(index.from_using(), "UNIQUE USING btree (a) WHERE (b IS NULL)");
     /// ```

@@ -19,19 +19,21 @@ use crate::render::{self, quote_literal};
 /// schema (`pg_depend`), which every object kind records.
 const STATEMENT: &str = r#"
 WITH ns AS (
-    SELECT n.oid, obj_description(n.oid, 'pg_namespace') AS comment
+    SELECT n.oid, obj_description(n.oid, 'pg_namespace') AS comment,
+           pg_catalog.pg_get_userbyid(n.nspowner) AS owner
     FROM pg_catalog.pg_namespace n
     WHERE n.nspname = {schema}
 )
 SELECT json_build_object(
     'role', current_user,
     'database', current_database(),
-    'schema', (SELECT json_build_object('comment', ns.comment) FROM ns),
+    'schema', (SELECT json_build_object('comment', ns.comment, 'owner', ns.owner) FROM ns),
     'relations', COALESCE((
         SELECT json_agg(json_build_object(
             'name', c.relname,
             'kind', c.relkind::text,
             'persistence', c.relpersistence::text,
+            'owner', pg_catalog.pg_get_userbyid(c.relowner),
             'access_method', am.amname,
             'options', COALESCE(c.reloptions, '{}'::text[]) || COALESCE((
                 SELECT array_agg('toast.' || o ORDER BY o)
@@ -69,6 +71,18 @@ SELECT json_build_object(
                     'cache', s.seqcache,
                     'cycle', s.seqcycle,
                     'persistence', c.relpersistence::text,
+                    -- Where it stands, when the role may read it (dynamic
+                    -- SQL: reading a sequence needs its SELECT privilege).
+                    'position', CASE WHEN pg_catalog.has_sequence_privilege(c.oid, 'SELECT')
+                        THEN (SELECT json_build_object('last_value', p.last_value,
+                                                       'is_called', p.is_called)
+                              FROM XMLTABLE('/table/row' PASSING pg_catalog.query_to_xml(
+                                       format('SELECT last_value, is_called FROM %I.%I',
+                                              (SELECT nspname FROM pg_catalog.pg_namespace
+                                               WHERE oid = c.relnamespace), c.relname),
+                                       false, false, '')
+                                   COLUMNS last_value bigint PATH 'last_value',
+                                           is_called boolean PATH 'is_called') p) END,
                     'owner', (
                         SELECT json_build_object(
                             'table', r.relname,
@@ -108,7 +122,9 @@ SELECT json_build_object(
                 SELECT json_agg(json_build_object(
                     'name', i.relname,
                     'definition', pg_catalog.pg_get_indexdef(x.indexrelid),
-                    'valid', x.indisvalid
+                    'valid', x.indisvalid,
+                    'ready', x.indisready,
+                    'live', x.indislive
                 ) ORDER BY i.relname)
                 FROM pg_catalog.pg_index x
                 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
@@ -122,7 +138,16 @@ SELECT json_build_object(
                 SELECT json_agg(json_build_object(
                     'name', k.conname,
                     'type', k.contype::text,
-                    'definition', pg_catalog.pg_get_constraintdef(k.oid)
+                    'definition', pg_catalog.pg_get_constraintdef(k.oid),
+                    -- The index a key or exclusion constraint works through.
+                    'index', (SELECT json_build_object(
+                                  'name', i.relname,
+                                  'valid', x.indisvalid,
+                                  'ready', x.indisready,
+                                  'live', x.indislive)
+                              FROM pg_catalog.pg_index x
+                              JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+                              WHERE x.indexrelid = k.conindid AND k.contype IN ('p', 'u', 'x'))
                 ) ORDER BY k.conname)
                 FROM pg_catalog.pg_constraint k
                 WHERE k.conrelid = c.oid AND k.contype NOT IN ('n', 't')
@@ -167,6 +192,7 @@ SELECT json_build_object(
         WHERE c.relkind NOT IN ('i', 'I', 'c', 't')
     ), '[]'::json),
     'versions', {versions},
+    'maxima', {maxima},
     'objects', COALESCE((
         -- Everything else that lives in the schema records a dependency on
         -- it; parts of another object (a range type's constructors, an
@@ -189,6 +215,7 @@ SELECT json_build_object(
 pub fn statement(schema: &SchemaName) -> String {
     STATEMENT
         .replace("{versions}", &versions_expression())
+        .replace("{maxima}", &super::numbers::maxima_expression())
         .replace("{schema}", &quote_literal(schema.as_str()))
 }
 
@@ -282,7 +309,11 @@ mod tests {
         let schema = SchemaName::new("alk").unwrap();
         let sql = statement(&schema);
         assert!(!sql.contains("{schema}"));
-        // Once for the schema, once for its version table.
-        assert_eq!(sql.matches("'alk'").count(), 2);
+        // Once for the schema, once for its version table, once per
+        // promise about numbers.
+        assert_eq!(
+            sql.matches("'alk'").count(),
+            2 + super::super::numbers::promises(&schema_model::engine_family()).len()
+        );
     }
 }

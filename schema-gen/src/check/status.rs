@@ -58,7 +58,11 @@ impl Status {
     /// Whether `check` passes: the database serves this release's engines
     /// and is exactly the shape its position implies (comments aside).
     pub fn passes(&self) -> bool {
-        self.serves_model && self.differences.iter().all(Difference::is_comment)
+        // A newer version is never "matches": what this release relies on
+        // was verified, the rest of the newer shape could not be.
+        self.serves_model
+            && self.state != VersionState::Newer
+            && self.differences.iter().all(Difference::is_comment)
     }
 
     /// The status of a judged database, in `check`'s words.
@@ -137,10 +141,26 @@ impl Status {
             } => (
                 VersionState::Newer,
                 format!(
-                    "schema {schema} is at version {found}, newer than this release's {model}, and \
-                     still serves version {model}'s engines (its contract is pending); this \
-                     release cannot verify a version it does not know: the newer release's check \
-                     does"
+                    "schema {schema}'s rows say version {found}, newer than this release's \
+                     {model}, with version {model}'s engines still served (its contract pending): \
+                     {}; the rest of version {found} this release cannot verify (the newer \
+                     release's check does){}",
+                    if verdict.drifts() {
+                        format!("what version {model}'s engines rely on differs")
+                    } else {
+                        format!(
+                            "what version {model}'s engines read, write and plan with was verified \
+                             and is there"
+                        )
+                    },
+                    if verdict.exactly_target {
+                        format!(
+                            "; the schema is exactly version {model}'s shape: if no release of \
+                             version {found} ran here, its schema_versions row was forged"
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             ),
             Standing::Newer { found, .. } => (

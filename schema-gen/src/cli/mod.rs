@@ -145,6 +145,11 @@ pub const EXIT_USAGE: u8 = 2;
 /// `apply` when it refused because of drift.
 pub const EXIT_DRIFT: u8 = 1;
 
+/// `check`'s exit code for a schema whose rows name a newer version than
+/// this release's: what this release relies on was verified, the rest of
+/// the newer shape could not be (never "matches").
+pub const EXIT_NEWER: u8 = 6;
+
 /// Parses `args` (including the program name), runs the command against the
 /// process's environment (`DATABASE_URL`, `PG*`, `~/.pgpass`), writes to
 /// `stdout` / `stderr` and returns the process exit code. Nothing reaches

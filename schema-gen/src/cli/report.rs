@@ -212,12 +212,14 @@ pub(super) fn comments_text(schema: &SchemaName, differences: &[Difference]) -> 
 /// any. It passes (exit 0) when the database serves this release and has
 /// that shape; comments that differ are listed as documentation only.
 pub(super) fn check_text(schema: &SchemaName, status: &Status) -> (String, std::process::ExitCode) {
+    let drift = status.differences.iter().any(|d| !d.is_comment());
     let code = if status.passes() {
         std::process::ExitCode::SUCCESS
+    } else if status.state == VersionState::Newer && !drift {
+        std::process::ExitCode::from(super::EXIT_NEWER)
     } else {
         std::process::ExitCode::from(super::EXIT_DRIFT)
     };
-    let drift = status.differences.iter().any(|d| !d.is_comment());
     let text = match (status.state, drift) {
         (VersionState::Current, false) if status.differences.is_empty() => {
             format!("{}\n", status.message)

@@ -114,6 +114,7 @@ pub(super) fn model_identity(sql_type: &str, table_persistence: &str) -> LiveSeq
         cache: 1,
         cycle: false,
         persistence: table_persistence.to_owned(),
+        position: None,
     }
 }
 

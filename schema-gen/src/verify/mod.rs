@@ -48,6 +48,7 @@
 //! (where bytes live and how plans are costed, not what the rows are).
 
 mod column;
+pub mod integrity;
 mod shape;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -61,6 +62,7 @@ use crate::render::{SCHEMA_DOC, TABLE_ACCESS_METHOD};
 
 pub(crate) use column::comment;
 use column::{compare_column, index_definition};
+pub use integrity::owned_by_another;
 pub use shape::catalog_of;
 
 /// Compares a live catalog with a model, table by table in model order, then
@@ -78,6 +80,7 @@ pub use shape::catalog_of;
 ///     relations: vec![],
 ///     objects: vec![],
 ///     versions: None,
+///     maxima: vec![],
 /// };
 /// let schema = SchemaName::new("alk").unwrap();
 /// assert_eq!(
@@ -123,6 +126,8 @@ pub fn compare(
             object: object.clone(),
         });
     }
+    integrity::owners(&mut out, live, schema, model);
+    integrity::numbers(&mut out, live, schema, model);
     out
 }
 
@@ -302,17 +307,31 @@ fn compare_table(
                         expected: index.definition.clone(),
                     });
                 }
-                if !found.valid {
+                if !found.valid && found.ready && found.live {
                     out.push(Difference::InvalidIndex {
                         table: table.clone(),
                         index: index.name.clone(),
                     });
                 }
+                integrity::index_flags(
+                    out,
+                    schema,
+                    table,
+                    &index.name,
+                    None,
+                    (found.valid, found.ready, found.live),
+                );
             }
         }
     }
+    integrity::constraint_indexes(out, schema, live, model);
     for found in &live.indexes {
-        if !model.indexes.iter().any(|i| i.name == found.name) {
+        if model.indexes.iter().any(|i| i.name == found.name) {
+            continue;
+        }
+        if let Some(leftover) = integrity::leftover(schema, table, found) {
+            out.push(leftover);
+        } else {
             out.push(Difference::ExtraIndex {
                 table: table.clone(),
                 index: found.name.clone(),

@@ -7,10 +7,13 @@ use schema_model::{SchemaName, SchemaVersionRecord, SchemaVersions, TableDescrip
 
 use super::column::{index_definition, model_identity};
 use crate::catalog::{
-    LiveCatalog, LiveColumn, LiveConstraint, LiveIndex, LiveOwner, LiveRelation, LiveSchema,
-    LiveSequence, LiveVersions,
+    LiveCatalog, LiveColumn, LiveConstraint, LiveConstraintIndex, LiveIndex, LiveOwner,
+    LiveRelation, LiveSchema, LiveSequence, LiveVersions,
 };
 use crate::render::SCHEMA_DOC;
+
+/// The role that owns everything in [`catalog_of`], and reads it.
+const OWNER: &str = "app";
 
 /// The catalog PostgreSQL would report for a schema holding exactly `tables`
 /// (their columns, indexes, constraints, storage parameters, comments and
@@ -55,20 +58,28 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
                     name: i.name.clone(),
                     definition: index_definition(schema, &t.name, &i.name, &i.definition),
                     valid: true,
+                    ready: true,
+                    live: true,
                 })
                 .collect(),
             constraints: std::iter::once(&t.primary_key)
                 .chain(&t.checks)
-                .map(|c| LiveConstraint {
-                    name: c.name.clone(),
-                    constraint_type: if c.definition.starts_with("PRIMARY KEY") {
-                        "p".into()
-                    } else {
-                        "c".into()
-                    },
-                    definition: c.definition.clone(),
+                .map(|c| {
+                    let key = c.definition.starts_with("PRIMARY KEY");
+                    LiveConstraint {
+                        name: c.name.clone(),
+                        constraint_type: if key { "p".into() } else { "c".into() },
+                        definition: c.definition.clone(),
+                        index: key.then(|| LiveConstraintIndex {
+                            name: c.name.clone(),
+                            valid: true,
+                            ready: true,
+                            live: true,
+                        }),
+                    }
                 })
                 .collect(),
+            owner: OWNER.into(),
             ..LiveRelation::default()
         })
         .collect();
@@ -79,6 +90,7 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
                 name: format!("{}_{}_seq", t.name, c.name),
                 kind: "S".into(),
                 persistence: "p".into(),
+                owner: OWNER.into(),
                 sequence: Some(LiveSequence {
                     owner: Some(LiveOwner {
                         table: t.name.clone(),
@@ -92,10 +104,11 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
         }
     }
     LiveCatalog {
-        role: "app".into(),
+        role: OWNER.into(),
         database: "app".into(),
         schema: Some(LiveSchema {
             comment: Some(SCHEMA_DOC.into()),
+            owner: OWNER.into(),
         }),
         // A schema holding the version table records the model's version, whole.
         versions: tables
@@ -113,5 +126,6 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
             }),
         relations,
         objects: vec![],
+        maxima: vec![],
     }
 }

@@ -128,6 +128,8 @@ fn index_and_constraint_drift_is_worded_for_a_dba() {
         name: "jobs_mine_idx".into(),
         definition: "CREATE UNIQUE INDEX jobs_mine_idx ON alk.jobs USING btree (queue)".into(),
         valid: true,
+        ready: true,
+        live: true,
     });
     jobs.constraints
         .retain(|c| c.name != "jobs_attempts_not_negative");
@@ -141,6 +143,7 @@ fn index_and_constraint_drift_is_worded_for_a_dba() {
         name: "jobs_fk".into(),
         constraint_type: "f".into(),
         definition: "FOREIGN KEY (queue) REFERENCES queues(name)".into(),
+        index: None,
     });
     assert_eq!(
         diff(&live),
@@ -171,6 +174,7 @@ fn relations_and_comments_are_classified() {
     });
     live.schema = Some(LiveSchema {
         comment: Some("mine".into()),
+        owner: "app".into(),
     });
     let differences = compare(&live, &schema(), &engine_family());
     let text: Vec<String> = differences.iter().map(ToString::to_string).collect();

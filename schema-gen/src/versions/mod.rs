@@ -20,6 +20,7 @@ pub mod plan;
 pub mod simulate;
 pub mod sql;
 pub mod step;
+mod trust;
 pub mod verdict;
 
 pub use history::{History, Version};

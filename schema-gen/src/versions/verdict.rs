@@ -18,6 +18,7 @@ use schema_model::{SchemaName, SchemaVersionRecord, TableDescription};
 use super::history::History;
 use super::simulate::apply;
 use super::step::{Action, Phase, Step};
+use super::trust;
 use crate::catalog::LiveCatalog;
 use crate::difference::Difference;
 use crate::verify::compare;
@@ -40,6 +41,10 @@ pub struct Verdict {
     pub progress: Option<StepsDone>,
     /// The version the history moves databases to: this release's.
     pub target: u32,
+    /// For a database whose rows name a newer version: whether its schema
+    /// is exactly the target's shape (comments aside), which no newer
+    /// version's expand leaves (a sign the rows were forged).
+    pub exactly_target: bool,
 }
 
 /// Where a database stands among the versions.
@@ -202,6 +207,7 @@ pub fn verdict(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
         differences,
         progress: None,
         target,
+        exactly_target: false,
     };
     if live.schema.is_none() {
         let missing = Difference::MissingSchema {
@@ -220,8 +226,15 @@ pub fn verdict(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
         contracted: recorded.contracted,
         expanded: recorded.expanded,
     });
-    if recorded.inconsistent {
-        return judged(Standing::Inconsistent, span, Vec::new());
+    let impossible = trust::impossible_rows(rows);
+    if recorded.inconsistent || !impossible.is_empty() {
+        let why = if impossible.is_empty() {
+            "no contracted and expanded version, a gap, or a version no upgrade records".to_owned()
+        } else {
+            impossible.join("; ")
+        };
+        let rows_named = trust::rows_difference(rows, why);
+        return judged(Standing::Inconsistent, span, vec![rows_named]);
     }
     let newest = recorded.expanding.unwrap_or(0).max(recorded.expanded);
     if newest > target {
@@ -229,21 +242,65 @@ pub fn verdict(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
             found: newest,
             serves_target: recorded.serves(target),
         };
-        return judged(standing, span, Vec::new());
+        // What this release relies on is checked whatever the rows say.
+        let differences = trust::relied_on(live, schema, &history.target().shape);
+        let exactly_target = compare(live, schema, &history.target().shape)
+            .iter()
+            .all(Difference::is_comment);
+        return Verdict {
+            exactly_target,
+            ..judged(standing, span, differences)
+        };
     }
     let Some(allowed) = Allowed::of(&recorded, history) else {
         // A version older than this history's first.
-        return judged(Standing::Inconsistent, span, Vec::new());
+        let rows_named = trust::rows_difference(
+            rows,
+            format!(
+                "a version older than version {}, the first this release knows",
+                history.versions()[0].number()
+            ),
+        );
+        return judged(Standing::Inconsistent, span, vec![rows_named]);
     };
     let (done, differences) = allowed.closest(live, schema);
+    if differences.iter().any(Difference::is_drift) && recorded.expanding.is_none() {
+        // Rows that say one position on the exact shape of another were
+        // edited by hand (or forged): no upgrade wrote them.
+        let matching = trust::matching_positions(
+            live,
+            schema,
+            history,
+            (recorded.contracted, recorded.expanded),
+        );
+        if let Some((contracted, expanded)) = matching.first() {
+            let rows_named = trust::rows_difference(
+                rows,
+                format!(
+                    "they say contracted to version {} and expanded to {}, but the schema is \
+                     exactly {}",
+                    recorded.contracted,
+                    recorded.expanded,
+                    if contracted == expanded {
+                        format!("version {expanded}'s shape")
+                    } else {
+                        format!("the shape of version {contracted} expanded to {expanded}")
+                    }
+                ),
+            );
+            return judged(Standing::Inconsistent, span, vec![rows_named]);
+        }
+    }
     let standing = match recorded.expanding {
         Some(version) => Standing::Upgrading { version },
         None if recorded.expanded < target => Standing::Older {
             found: recorded.expanded,
             recognised: false,
         },
+        // A contract whose steps have started (an interrupted one, or rows
+        // that lag behind it) no longer serves the version it contracts away.
         None if recorded.contracted < target => Standing::ContractPending {
-            oldest_served: recorded.contracted,
+            oldest_served: recorded.contracted + u32::from(done > 0),
         },
         None => Standing::Current,
     };
@@ -258,6 +315,7 @@ pub fn verdict(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
             of: allowed.shapes.len().saturating_sub(1),
         }),
         target,
+        exactly_target: false,
     }
 }
 
@@ -271,6 +329,7 @@ fn unversioned(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
         differences,
         progress: None,
         target: target.number(),
+        exactly_target: false,
     };
     for version in history
         .versions()
@@ -306,14 +365,27 @@ struct Allowed {
     phase: Option<(u32, Phase, Vec<Step>)>,
 }
 
+/// The shape of a database contracted to `contracted` and expanded to
+/// `expanded`: the contracted version's shape (with the version table), and
+/// the expand steps of every version since. `None` when the history lacks
+/// one of them.
+pub(super) fn expanded_shape(
+    history: &History,
+    contracted: u32,
+    expanded: u32,
+) -> Option<Vec<TableDescription>> {
+    let mut base = history.shape_with_version_table(contracted)?;
+    for number in contracted + 1..=expanded {
+        let version = history.get(number)?;
+        apply(&mut base, &version.shape, &version.plan.as_ref()?.expand);
+    }
+    Some(base)
+}
+
 impl Allowed {
     /// `None` when the rows name a version this history does not have.
     fn of(recorded: &Recorded, history: &History) -> Option<Self> {
-        let mut base = history.shape_with_version_table(recorded.contracted)?;
-        for number in recorded.contracted + 1..=recorded.expanded {
-            let version = history.get(number)?;
-            apply(&mut base, &version.shape, &version.plan.as_ref()?.expand);
-        }
+        let base = expanded_shape(history, recorded.contracted, recorded.expanded)?;
         let pending = match recorded.expanding {
             Some(expanding) => Some((expanding, Phase::Expand)),
             None if recorded.expanded > recorded.contracted => {
@@ -367,9 +439,12 @@ impl Allowed {
         let mut best: Option<(usize, Vec<Difference>)> = None;
         for (done, shape) in self.shapes.iter().enumerate() {
             let mut differences = compare(live, schema, shape);
-            differences.retain(
-                |d| !matches!(d, Difference::InvalidIndex { index, .. } if rebuilt.contains(&index)),
-            );
+            differences.retain(|d| {
+                !matches!(d,
+                    Difference::InvalidIndex { index, .. }
+                    | Difference::IndexState { index, .. }
+                    | Difference::LeftoverIndex { index, .. } if rebuilt.contains(&index))
+            });
             let count = drift(&differences);
             if best.as_ref().is_none_or(|(_, b)| count < drift(b)) {
                 best = Some((done, differences));
