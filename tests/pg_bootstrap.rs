@@ -599,7 +599,15 @@ async fn a_least_privilege_role_bootstraps_at_steady_state() {
 
     let outcome = bootstrap(&mut runtime, &schema).await.unwrap();
     assert!(!outcome.created(), "{outcome}");
-    assert_eq!(verify(&runtime, &schema).await.unwrap(), vec![]);
+    // Nothing differs; the role may not read the identity sequences, so
+    // the promises about them are noted as not checked (documentation).
+    let differences = verify(&runtime, &schema).await.unwrap();
+    assert!(
+        differences
+            .iter()
+            .all(|d| matches!(d, schema_gen::Difference::NumberUnverified { .. })),
+        "{differences:?}"
+    );
 
     // It can do the engine's work...
     exec(
@@ -968,7 +976,7 @@ async fn a_bootstrap_terminated_mid_ddl_leaves_no_partial_schema() {
         .get(0);
     // The statements go in one query (pg_stat_activity shows its start).
     assert!(
-        query.starts_with("SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL lock_timeout"),
+        query.starts_with("SET LOCAL search_path = pg_catalog, pg_temp;"),
         "blocked on: {query}"
     );
 

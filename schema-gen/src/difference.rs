@@ -382,6 +382,17 @@ pub enum Difference {
         /// What is wrong with them.
         why: String,
     },
+    /// `check --runtime-role`: what the role may do differs from what the
+    /// engine's statements need, or a condition they need is not met (a
+    /// replica identity, the vacuum's right).
+    RoleGap {
+        /// The runtime role checked.
+        role: String,
+        /// The gap, in words.
+        gap: String,
+        /// The statement that closes it.
+        fix: String,
+    },
     /// A promise about numbers that the role could not check (documentation
     /// only): it may not read the table or the sequence, or the table is
     /// too large to read without an index.
@@ -701,6 +712,7 @@ impl fmt::Display for Difference {
                 "{table}.{column}: sequence {sequence} hands out {next} next, but {table}.{column} \
                  already holds {max}: {breaks}; fix: {fix}"
             ),
+            Self::RoleGap { gap, fix, .. } => write!(f, "{gap}; fix: {fix}"),
             Self::VersionRows { rows, why } => write!(
                 f,
                 "schema_versions rows no upgrade wrote: {why} (rows: {}); the version is unknown, \

@@ -58,6 +58,7 @@ pub mod connect;
 pub mod describe;
 pub mod difference;
 pub mod error;
+pub mod grants;
 pub mod options;
 pub mod render;
 pub mod statements;

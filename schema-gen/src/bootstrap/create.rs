@@ -56,7 +56,9 @@ pub(super) async fn create(
         live,
         render::bootstrap_statements_for(schema, options.layout),
     );
-    let read = catalog::statement(schema);
+    // Every bootstrap queued behind the lock waits for this read: the lean
+    // one (the shape decides here; the first read checked the numbers).
+    let read = catalog::lean_statement(schema);
     let read_step = Step {
         doing: format!("reading the catalog of schema {schema}"),
         in_transaction: true,
@@ -165,7 +167,7 @@ pub(super) async fn create(
     };
     // Another session may have created the schema between our first read
     // and the lock: then its result stands (our statements did nothing).
-    if before != *live {
+    if before != live.without_numbers() {
         rollback(client).await;
         return match decide(verdict(&before, schema, history), schema, &before.role)? {
             Some(outcome) => Ok(outcome),
@@ -175,10 +177,16 @@ pub(super) async fn create(
             .into()),
         };
     }
+    // What the statements made differs when anything but documentation
+    // known before differs now; notes for a DBA (the schema's owner, which
+    // shows once tables give the family an owner) are no creation's fault.
     let known = compare(&before, schema, model);
     let left: Vec<Difference> = compare(&after, schema, model)
         .into_iter()
-        .filter(|d| !(d.is_comment() && known.contains(d)))
+        .filter(|d| {
+            let note = d.is_comment() && !matches!(d, Difference::Comment { .. });
+            !(note || (d.is_comment() && known.contains(d)))
+        })
         .collect();
     if !left.is_empty() {
         rollback(client).await;

@@ -82,8 +82,9 @@ fn first_text(messages: &[SimpleQueryMessage]) -> Option<&str> {
 /// The sessions, other than this one, that hold or wait for a lock that a
 /// wait on `target` conflicts with, with what `pg_stat_activity` lets the
 /// role see of them (for another role's session without `pg_read_all_stats`:
-/// pid, role and application only).
-fn holders_statement(target: &LockTarget) -> String {
+/// pid, role and application only): the `SELECT` asked after a lock
+/// timeout, under the pinned search path of [`Bounds`].
+pub fn holders_statement(target: &LockTarget) -> String {
     let relation_oid = |schema: &SchemaName, name: &str| {
         format!(
             "(SELECT c.oid FROM pg_catalog.pg_class c

@@ -41,9 +41,10 @@ mod read;
 
 use serde::{Deserialize, Serialize};
 
+pub use holders::holders_statement;
 pub(crate) use holders::{explain, holders, lock_holders};
 pub use numbers::LiveMaximum;
-pub use query::{batch, statement};
+pub use query::{batch, lean_statement, statement};
 pub(crate) use read::parse;
 pub use read::{read, read_with};
 
@@ -233,6 +234,20 @@ impl LiveSequence {
 }
 
 impl LiveCatalog {
+    /// The same catalog without what the lean read leaves out (the
+    /// maxima and the sequences' positions): what
+    /// [`lean_statement`] would have read.
+    pub fn without_numbers(&self) -> LiveCatalog {
+        let mut lean = self.clone();
+        lean.maxima.clear();
+        for relation in &mut lean.relations {
+            if let Some(sequence) = relation.sequence.as_mut() {
+                sequence.position = None;
+            }
+        }
+        lean
+    }
+
     /// The relation named `name`, if the schema has one.
     pub fn relation(&self, name: &str) -> Option<&LiveRelation> {
         self.relations.iter().find(|r| r.name == name)

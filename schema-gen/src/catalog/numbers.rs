@@ -135,55 +135,51 @@ pub struct LiveMaximum {
 
 /// The JSON array of [`LiveMaximum`]s the catalog statement holds: one
 /// element per promise whose table exists with its column. `{schema}` is
-/// left for the statement to fill in. Dynamic SQL (`query_to_xml`) runs a
-/// read only when its table is there, so a missing table never fails the
-/// statement when it is parsed (the same way the version rows are read).
+/// left for the statement to fill in. The maxima the role may read come
+/// from one dynamic query (`query_to_xml`), built from the tables that
+/// exist, so a missing table never fails the statement when it is parsed
+/// (the way the version rows are read).
 pub(crate) fn maxima_expression() -> String {
-    let each: Vec<String> = promises(&engine_family())
+    let promised: Vec<String> = promises(&engine_family())
         .iter()
         .map(|p| {
-            let (read, capped) = if p.indexed {
-                (
-                    "format('SELECT max(%I) AS m, 0 AS n FROM %I.%I', a.attname, n.nspname, c.relname)"
-                        .to_owned(),
-                    "false".to_owned(),
-                )
-            } else {
-                (
-                    format!(
-                        "format('SELECT max(v) AS m, count(*) AS n FROM \
-                         (SELECT %I AS v FROM %I.%I LIMIT {}) s', a.attname, n.nspname, c.relname)",
-                        SCAN_CAP + 1
-                    ),
-                    format!("x.n > {SCAN_CAP}"),
-                )
-            };
             format!(
-                "(SELECT json_build_object(
-                    'table', c.relname, 'column', a.attname,
-                    'readable', pg_catalog.has_table_privilege(c.oid, 'SELECT'),
-                    'max', x.m, 'capped', COALESCE({capped}, false))
-                 FROM pg_catalog.pg_class c
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                 JOIN pg_catalog.pg_attribute a
-                     ON a.attrelid = c.oid AND a.attname = {column} AND NOT a.attisdropped
-                 LEFT JOIN XMLTABLE('/table/row' PASSING CASE
-                         WHEN pg_catalog.has_table_privilege(c.oid, 'SELECT')
-                         THEN pg_catalog.query_to_xml({read}, false, false, '') END
-                     COLUMNS m bigint PATH 'm', n bigint PATH 'n') x ON true
-                 WHERE n.nspname = {{schema}} AND c.relname = {table} AND c.relkind = 'r')",
-                column = quote_literal(&p.column),
-                table = quote_literal(&p.table),
+                "({}, {}, {})",
+                quote_literal(&p.table),
+                quote_literal(&p.column),
+                p.indexed
             )
         })
         .collect();
     format!(
-        "(SELECT COALESCE(json_agg(m) FILTER (WHERE m IS NOT NULL), '[]'::json)
-         FROM (VALUES {}) AS maxima(m))",
-        each.iter()
-            .map(|e| format!("({e})"))
-            .collect::<Vec<_>>()
-            .join(",\n ")
+        "(WITH promised AS (
+            SELECT c.oid, c.relname AS t, a.attname AS c, p.indexed,
+                   pg_catalog.has_table_privilege(c.oid, 'SELECT') AS readable
+            FROM (VALUES {values}) AS p(t, c, indexed)
+            JOIN pg_catalog.pg_class c ON c.relname = p.t AND c.relkind = 'r'
+            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = {{schema}}
+            JOIN pg_catalog.pg_attribute a
+                ON a.attrelid = c.oid AND a.attname = p.c AND NOT a.attisdropped
+        ), found AS (
+            SELECT x.*
+            FROM XMLTABLE('/table/row' PASSING pg_catalog.query_to_xml((
+                    SELECT pg_catalog.string_agg(CASE WHEN p.indexed
+                        THEN format('SELECT %L AS t, %L AS c, (SELECT max(%I) FROM %I.%I) AS m, \
+                                     0 AS n', p.t, p.c, p.c, {{schema}}, p.t)
+                        ELSE format('SELECT %L AS t, %L AS c, max(v) AS m, count(*) AS n \
+                                     FROM (SELECT %I AS v FROM %I.%I LIMIT {limit}) s',
+                                    p.t, p.c, p.c, {{schema}}, p.t) END, ' UNION ALL ')
+                    FROM promised p WHERE p.readable), false, false, '')
+                COLUMNS t text PATH 't', c text PATH 'c', m bigint PATH 'm', n bigint PATH 'n') x
+        )
+        SELECT COALESCE(json_agg(json_build_object(
+                   'table', p.t, 'column', p.c, 'readable', p.readable,
+                   'max', f.m, 'capped', COALESCE(f.n > {cap}, false))
+                 ORDER BY p.t, p.c), '[]'::json)
+        FROM promised p LEFT JOIN found f ON f.t = p.t AND f.c = p.c)",
+        values = promised.join(", "),
+        limit = SCAN_CAP + 1,
+        cap = SCAN_CAP,
     )
 }
 

@@ -23,6 +23,8 @@ WITH ns AS (
            pg_catalog.pg_get_userbyid(n.nspowner) AS owner
     FROM pg_catalog.pg_namespace n
     WHERE n.nspname = {schema}
+), positions AS (
+    {positions}
 )
 SELECT json_build_object(
     'role', current_user,
@@ -71,18 +73,9 @@ SELECT json_build_object(
                     'cache', s.seqcache,
                     'cycle', s.seqcycle,
                     'persistence', c.relpersistence::text,
-                    -- Where it stands, when the role may read it (dynamic
-                    -- SQL: reading a sequence needs its SELECT privilege).
-                    'position', CASE WHEN pg_catalog.has_sequence_privilege(c.oid, 'SELECT')
-                        THEN (SELECT json_build_object('last_value', p.last_value,
-                                                       'is_called', p.is_called)
-                              FROM XMLTABLE('/table/row' PASSING pg_catalog.query_to_xml(
-                                       format('SELECT last_value, is_called FROM %I.%I',
-                                              (SELECT nspname FROM pg_catalog.pg_namespace
-                                               WHERE oid = c.relnamespace), c.relname),
-                                       false, false, '')
-                                   COLUMNS last_value bigint PATH 'last_value',
-                                           is_called boolean PATH 'is_called') p) END,
+                    'position', (SELECT json_build_object('last_value', p.last_value,
+                                                          'is_called', p.is_called)
+                                 FROM positions p WHERE p.name = c.relname),
                     'owner', (
                         SELECT json_build_object(
                             'table', r.relname,
@@ -209,13 +202,50 @@ SELECT json_build_object(
 )::text
 "#;
 
+/// Where each sequence of the schema the role may read stands, in one
+/// dynamic query (reading a sequence needs its SELECT privilege, and
+/// neither `pg_sequences` nor `pg_sequence_last_value` tells a sequence
+/// restarted to n from one that handed n out).
+const POSITIONS: &str = r#"SELECT p.*
+    FROM XMLTABLE('/table/row' PASSING pg_catalog.query_to_xml((
+            SELECT pg_catalog.string_agg(format(
+                'SELECT %L AS name, last_value, is_called FROM %I.%I',
+                c.relname, n.nspname, c.relname), ' UNION ALL ')
+            FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            -- CASE: the privilege is asked of sequences only, whatever
+            -- order the planner evaluates the conditions in.
+            WHERE n.nspname = {schema}
+              AND CASE WHEN c.relkind = 'S'
+                       THEN pg_catalog.has_sequence_privilege(c.oid, 'SELECT') END),
+            false, false, '')
+        COLUMNS name text PATH 'name', last_value bigint PATH 'last_value',
+                is_called boolean PATH 'is_called') p"#;
+
+/// No sequence position (the lean read).
+const NO_POSITIONS: &str =
+    "SELECT NULL::text AS name, NULL::bigint AS last_value, NULL::boolean AS is_called WHERE false";
+
 /// The catalog `SELECT` for `schema`, the name inlined as a literal (it is a
 /// validated [`SchemaName`], quoted with [`render::quote_literal`]), so it can
 /// travel in a simple query next to the `SET LOCAL`s that bound it.
 pub fn statement(schema: &SchemaName) -> String {
     STATEMENT
+        .replace("{positions}", POSITIONS)
         .replace("{versions}", &versions_expression())
         .replace("{maxima}", &super::numbers::maxima_expression())
+        .replace("{schema}", &quote_literal(schema.as_str()))
+}
+
+/// [`statement`] without the promises about numbers (no sequence
+/// positions, no maxima): what a bootstrap reads again inside its creating
+/// transaction, under its lock, where only the shape decides and every
+/// reader queued behind the lock waits for the read.
+pub fn lean_statement(schema: &SchemaName) -> String {
+    STATEMENT
+        .replace("{positions}", NO_POSITIONS)
+        .replace("{versions}", &versions_expression())
+        .replace("{maxima}", "'[]'::json")
         .replace("{schema}", &quote_literal(schema.as_str()))
 }
 
@@ -309,11 +339,8 @@ mod tests {
         let schema = SchemaName::new("alk").unwrap();
         let sql = statement(&schema);
         assert!(!sql.contains("{schema}"));
-        // Once for the schema, once for its version table, once per
-        // promise about numbers.
-        assert_eq!(
-            sql.matches("'alk'").count(),
-            2 + super::super::numbers::promises(&schema_model::engine_family()).len()
-        );
+        // For the schema, its version table, its sequences' positions and
+        // the maxima of its promises about numbers.
+        assert_eq!(sql.matches("'alk'").count(), 6);
     }
 }

@@ -21,6 +21,7 @@ use crate::catalog::{self, LiveCatalog};
 use crate::citus;
 use crate::difference::Difference;
 use crate::error::{Error, ErrorKind};
+use crate::grants::{self, audit::Roles};
 use crate::options::Options;
 use crate::verify::compare;
 use crate::versions::{History, Verdict, verdict};
@@ -66,16 +67,35 @@ pub async fn inspect(
     options: &Options,
     history: &History,
 ) -> Result<Inspection, Error> {
+    inspect_asking(client, schema, options, history, &[])
+        .await
+        .map(|(inspection, _)| inspection)
+}
+
+/// [`inspect`], and in the same round trip each question of `more` (a
+/// `SELECT` of one text column): its answers, in order.
+///
+/// # Errors
+///
+/// As [`inspect`].
+pub async fn inspect_asking(
+    client: &Client,
+    schema: &SchemaName,
+    options: &Options,
+    history: &History,
+    more: &[String],
+) -> Result<(Inspection, Vec<Option<String>>), Error> {
     let citus = options.layout.is_citus();
-    let questions: Vec<String> = if citus {
-        vec![citus::statement(schema)]
-    } else {
-        Vec::new()
-    };
-    let (live, answers) = catalog::read_with(client, schema, options, &questions).await?;
+    let mut questions: Vec<String> = more.to_vec();
+    if citus {
+        questions.push(citus::statement(schema));
+    }
+    let (live, mut answers) = catalog::read_with(client, schema, options, &questions).await?;
+    let citus_answer = if citus { answers.pop() } else { None };
+    let answers = answers;
     let mut placement = Vec::new();
     if citus {
-        let node = citus::decode(answers.first().and_then(Option::as_deref), schema)?;
+        let node = citus::decode(citus_answer.flatten().as_deref(), schema)?;
         if let Some(refusal) = node.refusal(schema) {
             return Err(refusal);
         }
@@ -84,11 +104,14 @@ pub async fn inspect(
         }
     }
     let verdict = verdict(&live, schema, history);
-    Ok(Inspection {
-        live,
-        verdict,
-        placement,
-    })
+    Ok((
+        Inspection {
+            live,
+            verdict,
+            placement,
+        },
+        answers,
+    ))
 }
 
 /// Reads the catalog (one round trip, the Citus question included under
@@ -103,9 +126,39 @@ pub async fn status(
     schema: &SchemaName,
     options: &Options,
 ) -> Result<Status, Error> {
-    let inspection = inspect(client, schema, options, shipped_history()?).await?;
+    status_for(client, schema, options, None).await
+}
+
+/// [`status`], and with `roles` the privileges of the engine's runtime
+/// (and maintenance) role and the readiness conditions its statements
+/// need, asked in the same round trip ([`grants::audit`]): each gap is a
+/// [`Difference::RoleGap`].
+///
+/// # Errors
+///
+/// As [`inspect`].
+pub async fn status_for(
+    client: &Client,
+    schema: &SchemaName,
+    options: &Options,
+    roles: Option<&Roles>,
+) -> Result<Status, Error> {
+    let questions: Vec<String> = roles
+        .map(|roles| grants::audit::question(schema, roles))
+        .into_iter()
+        .collect();
+    let (inspection, answers) =
+        inspect_asking(client, schema, options, shipped_history()?, &questions).await?;
     let mut status = Status::of(&inspection.verdict, schema);
     status.differences.extend(inspection.placement);
+    if let (Some(roles), Some(answer)) = (roles, answers.first()) {
+        status.differences.extend(grants::audit::gaps(
+            answer.as_deref().unwrap_or("null"),
+            schema,
+            options.layout,
+            roles,
+        ));
+    }
     Ok(status)
 }
 

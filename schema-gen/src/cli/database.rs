@@ -12,9 +12,10 @@ use schema_model::{Layout, SchemaName};
 use super::failure::Failure;
 use super::{EXIT_DRIFT, connection, layout, report, write_out};
 use crate::bootstrap::{Outcome, bootstrap_with};
-use crate::check::{Status, status};
+use crate::check::{Status, status_for};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
+use crate::grants::{audit::Roles, role_name};
 use crate::options::MAX_LOCK_TIMEOUT;
 use crate::options::Options;
 use crate::verify::Difference;
@@ -47,6 +48,16 @@ pub struct DatabaseArgs {
     /// a server without Citus, or a worker, is refused.
     #[arg(long, value_name = "LAYOUT", default_value = "single-server", value_parser = layout::parser())]
     pub layout: Layout,
+    /// check only: also verify that this role (the engine's runtime role)
+    /// has exactly the privileges `schema-gen grants` gives it, and the
+    /// readiness conditions its statements need (replica identity of
+    /// published tables, the right to vacuum); each gap is drift (exit 1).
+    #[arg(long, value_name = "ROLE")]
+    pub runtime_role: Option<String>,
+    /// check only, with --runtime-role: the role that runs the engine's
+    /// vacuum [default: the runtime role].
+    #[arg(long, value_name = "ROLE", requires = "runtime_role")]
+    pub maintenance_role: Option<String>,
 }
 
 /// The form `--lock-timeout` takes, for its error messages.
@@ -132,6 +143,10 @@ pub(super) fn run(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     let json = args.format == ReportFormat::Json;
+    let roles = match roles(action, args) {
+        Ok(roles) => roles,
+        Err(message) => return Failure::usage(message).print(json, stdout, stderr),
+    };
     let connection::Prepared {
         schema,
         connection,
@@ -157,7 +172,9 @@ pub(super) fn run(
             Action::Apply => bootstrap_with(&mut client, &schema, &bounds)
                 .await
                 .map(Report::Applied),
-            Action::Check => status(&client, &schema, &bounds).await.map(Report::Checked),
+            Action::Check => status_for(&client, &schema, &bounds, roles.as_ref())
+                .await
+                .map(Report::Checked),
         }
     });
     let failed = result.as_ref().err().map(ToString::to_string);
@@ -168,11 +185,7 @@ pub(super) fn run(
         // Comments do not change what the engine reads or writes: a check
         // that finds nothing but stale or missing ones passes, and lists them.
         Ok(Report::Checked(status)) if json => {
-            let code = if status.passes() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_DRIFT)
-            };
+            let code = report::check_code(&status);
             (report::check_json(&schema, &status), code)
         }
         Ok(Report::Checked(status)) => report::check_text(&schema, &status),
@@ -186,6 +199,28 @@ pub(super) fn run(
         }
     };
     write_out(stdout, stderr, &text, code)
+}
+
+/// The roles `check --runtime-role` verifies; `apply` takes none.
+fn roles(action: Action, args: &DatabaseArgs) -> Result<Option<Roles>, String> {
+    let Some(runtime) = &args.runtime_role else {
+        return Ok(None);
+    };
+    if action == Action::Apply {
+        return Err(
+            "--runtime-role and --maintenance-role are for check (apply creates or confirms \
+             the family; `schema-gen grants` prints the grants)"
+                .to_owned(),
+        );
+    }
+    Ok(Some(Roles {
+        runtime: role_name(runtime)?,
+        maintenance: args
+            .maintenance_role
+            .as_deref()
+            .map(role_name)
+            .transpose()?,
+    }))
 }
 
 /// A refused `apply`: the differences on stderr (text), or the JSON report

@@ -8,6 +8,7 @@ mod connection;
 mod database;
 mod failure;
 mod family;
+mod grants;
 mod layout;
 mod report;
 mod statements;
@@ -24,6 +25,7 @@ use failure::Failure;
 
 pub use database::{DatabaseArgs, ReportFormat};
 pub use family::TargetArgs;
+pub use grants::GrantsArgs;
 pub use statements::{StatementsArgs, StatementsFormat};
 pub use upgrade::UpgradeArgs;
 
@@ -50,6 +52,9 @@ Examples:
                                               version, as a psql script (nothing is changed)
   schema-gen upgrade                          run them online, with progress; the older engines keep working
   schema-gen upgrade --contract               once no older engine runs: remove what only they needed
+  schema-gen grants --runtime-role app --maintenance-role app_vacuum | psql -v ON_ERROR_STOP=1
+                                              the least privileges of the engine's roles
+  schema-gen check --runtime-role app         also verify app's privileges (gaps are drift)
 
   schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
                                               the session that holds it)
@@ -57,7 +62,8 @@ Examples:
 Exit codes: 0 success (check: the schema matches the model; comments that differ are listed
 as documentation only and do not fail it), 1 drift (check: differences listed on stdout;
 apply: refused, nothing changed), 2 any error: usage, refused input, unreachable server,
-missing privilege, a lock held past --lock-timeout, output that cannot be written.";
+missing privilege, a lock held past --lock-timeout, output that cannot be written; 6 (check)
+the schema_versions rows name a newer version: what this release relies on was verified.";
 
 /// Prints, describes, applies and checks alkstore's engine schema.
 #[derive(Debug, Parser)]
@@ -97,6 +103,11 @@ pub enum Command {
     /// Print every hot-path statement the engine runs, with its $n
     /// placeholders and its parameters' names and types.
     Statements(StatementsArgs),
+    /// Print the GRANT/REVOKE script (psql-runnable) that gives the engine's
+    /// runtime role exactly what it needs (open the family, run every
+    /// statement; no DDL, no write to schema_versions) and its maintenance
+    /// role the vacuum; `check --runtime-role` verifies it.
+    Grants(GrantsArgs),
     /// Move a database at an older schema version to this release's version
     /// online (expand: the older engines keep working), or with --contract
     /// remove what only the older engines needed; --dry-run prints the plan
@@ -215,6 +226,7 @@ where
             stderr,
         ),
         Command::Upgrade(args) => upgrade::run(&args, env, stdout, stderr),
+        Command::Grants(args) => print(grants::grants(&args), false, stdout, stderr),
     }
 }
 

@@ -207,19 +207,26 @@ pub(super) fn comments_text(schema: &SchemaName, differences: &[Difference]) -> 
     out
 }
 
+/// `check`'s exit code: 0 when it passes, 6 for a newer version whose
+/// relied-on objects were verified, 1 otherwise.
+pub(super) fn check_code(status: &Status) -> std::process::ExitCode {
+    let drift = status.differences.iter().any(|d| !d.is_comment());
+    if status.passes() {
+        std::process::ExitCode::SUCCESS
+    } else if status.state == VersionState::Newer && !drift {
+        std::process::ExitCode::from(super::EXIT_NEWER)
+    } else {
+        std::process::ExitCode::from(super::EXIT_DRIFT)
+    }
+}
+
 /// What `check` prints, and its exit code: where the database stands (one
 /// line), then the differences from the shape that position implies, if
 /// any. It passes (exit 0) when the database serves this release and has
 /// that shape; comments that differ are listed as documentation only.
 pub(super) fn check_text(schema: &SchemaName, status: &Status) -> (String, std::process::ExitCode) {
     let drift = status.differences.iter().any(|d| !d.is_comment());
-    let code = if status.passes() {
-        std::process::ExitCode::SUCCESS
-    } else if status.state == VersionState::Newer && !drift {
-        std::process::ExitCode::from(super::EXIT_NEWER)
-    } else {
-        std::process::ExitCode::from(super::EXIT_DRIFT)
-    };
+    let code = check_code(status);
     let text = match (status.state, drift) {
         (VersionState::Current, false) if status.differences.is_empty() => {
             format!("{}\n", status.message)
