@@ -17,6 +17,7 @@ pub mod names;
 pub mod paths;
 pub mod pg;
 pub mod pgbouncer;
+pub mod shadow;
 pub mod snapshots;
 pub mod squawk;
 pub mod tls;
