@@ -9,9 +9,11 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
+use schema_model::Layout;
+
 use super::database::{ReportFormat, parse_lock_timeout};
 use super::failure::Failure;
-use super::{EXIT_DRIFT, connection, report, write_out};
+use super::{EXIT_DRIFT, connection, layout, report, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::upgrade::{self, DryRun, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
@@ -42,6 +44,11 @@ pub struct UpgradeArgs {
     /// and tries again (20 tries).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_lock_timeout)]
     pub lock_timeout: Duration,
+    /// Where the family lives: on a Citus coordinator (`citus`) the steps
+    /// run on the distributed schema in place, and a schema the upgrade
+    /// creates is created distributed.
+    #[arg(long, value_name = "LAYOUT", default_value = "single-server", value_parser = layout::parser())]
+    pub layout: Layout,
 }
 
 #[derive(Serialize)]
@@ -89,6 +96,7 @@ pub(super) fn run(
     let warnings = connection.warnings().to_vec();
     let options = UpgradeOptions {
         lock_timeout: args.lock_timeout,
+        layout: args.layout,
         ..UpgradeOptions::default()
     };
     let schema_for_work = schema.clone();

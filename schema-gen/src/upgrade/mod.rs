@@ -251,7 +251,7 @@ impl<'a> Upgrader<'a> {
     fn catalog_options(&self) -> Options {
         Options {
             lock_timeout: self.options.lock_timeout,
-            ..Options::default()
+            layout: self.options.layout,
         }
     }
 
@@ -318,7 +318,11 @@ impl<'a> Upgrader<'a> {
             inspection.verdict.standing,
             Standing::Absent | Standing::Unversioned
         ) {
-            return Ok(dry_run::creates(schema, &inspection.verdict));
+            return Ok(dry_run::creates(
+                schema,
+                &inspection.verdict,
+                self.options.layout,
+            ));
         }
         let itinerary = self.itinerary(schema, &inspection, contract)?;
         Ok(dry_run::print(schema, &inspection.live, &itinerary, self.options).await)

@@ -104,17 +104,13 @@ impl<'a> Executor<'a> {
         step: Option<&Step>,
     ) -> Result<(), Error> {
         let StepBounds { bounds, attempts } = self.options.bounds(wait);
-        let batch = format!(
-            "BEGIN; {};\n{};\nCOMMIT",
-            bounds.set_local(),
-            statements.join(";\n")
-        );
         let mut attempt = 1;
         loop {
             if let (Wait::Brief, Some(step)) = (wait, step) {
                 self.until_no_one_else_alters(step, doing).await?;
             }
-            let Err(err) = self.client.batch_execute(&batch).await else {
+            let opening = self.options.set_local(&bounds);
+            let Err(err) = send_transaction(self.client, &opening, statements).await else {
                 return Ok(());
             };
             // Ends the failed transaction; a lost connection ends it too.
@@ -250,6 +246,32 @@ impl<'a> Executor<'a> {
             }
         }
     }
+}
+
+/// Runs `statements` in one transaction: the opening (`BEGIN` and the
+/// `SET LOCAL` bounds, `set_local`, which lock nothing) first, on its own, so nothing runs unless the transaction and its bounds are in force;
+/// then each statement as a query of its own, and the `COMMIT`, pipelined:
+/// all are sent before the first reply is read, so the server has the
+/// `COMMIT` in hand before a statement takes its lock (no round trip while
+/// it holds one). One utility statement per query is what Citus takes (a
+/// query of several is refused: `cannot execute multiple utility events`).
+/// A statement that fails aborts the transaction: the ones after it are
+/// refused, the `COMMIT` rolls back, and the first failure is returned.
+async fn send_transaction(
+    client: &Client,
+    set_local: &str,
+    statements: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    client.batch_execute(&format!("BEGIN; {set_local}")).await?;
+    let queries = statements
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once("COMMIT"));
+    let replies = futures_util::future::join_all(queries.map(|q| client.batch_execute(q))).await;
+    replies
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
 }
 
 impl Backend for Executor<'_> {
