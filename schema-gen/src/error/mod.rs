@@ -24,7 +24,7 @@ use lock::lock_timeout_message;
 #[cfg(feature = "connect")]
 pub(crate) use classify::detail;
 pub(crate) use classify::{Context, Step, classify, one_line};
-pub use lock::{LockHolder, LockTarget};
+pub use lock::{LockHolder, LockTarget, Tries};
 
 /// Why bootstrap, verification, an upgrade or a database command failed.
 ///
@@ -86,17 +86,20 @@ pub enum ErrorKind {
     },
     /// The role lacks a privilege that the step needs. Nothing was changed.
     #[error(
-        "role {role} lacks {privilege} (PostgreSQL said: {detail}): grant it, or have a DBA \
-         apply the schema once with `schema-gen sql --schema {schema} | psql -v ON_ERROR_STOP=1`; \
-         nothing was changed"
+        "role {role} lacks {privilege} (PostgreSQL said: {detail}): {remedy}; nothing was changed"
     )]
     Privilege {
         /// The role that ran the step (`current_user`).
         role: String,
         /// The missing privilege, e.g. `CREATE on database app`.
         privilege: String,
-        /// The engine schema being bootstrapped.
+        /// The engine schema being bootstrapped or upgraded.
         schema: SchemaName,
+        /// What to do, for what was being done: for a bootstrap, grant it
+        /// or have a DBA apply the printed script once; for an upgrade
+        /// (which alters the tables, so needs their owner), run it as the
+        /// owner, or have the owner run the steps `upgrade --dry-run` prints.
+        remedy: String,
         /// The server's message.
         detail: String,
         /// The driver's error.
@@ -139,6 +142,9 @@ pub enum ErrorKind {
         timeout: Duration,
         /// Whether the step ran in the bootstrap transaction (now rolled back).
         in_transaction: bool,
+        /// For a wait tried several times (an upgrade step, a backfill
+        /// batch): how many attempts, over how long; `timeout` is each one's.
+        tries: Option<Tries>,
         /// The driver's error.
         #[source]
         source: tokio_postgres::Error,
@@ -477,6 +483,15 @@ impl Error {
         self
     }
 
+    /// The same error, when it is a [`ErrorKind::LockTimeout`], with the
+    /// attempts made before it was given up.
+    pub(crate) fn with_tries(mut self, made: Tries) -> Self {
+        if let ErrorKind::LockTimeout { tries, .. } = &mut *self.kind {
+            *tries = Some(made);
+        }
+        self
+    }
+
     /// Whether this is a [`ErrorKind::Privilege`] whose role is not known
     /// yet (the failure came before the catalog named it).
     pub(crate) fn lacks_role(&self) -> bool {
@@ -493,8 +508,68 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    /// The kind's message; for an upgrade's failure, also what it had
+    /// already done and that a rerun resumes ([`Done::words`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.kind, f)
+        match &self.done {
+            Some(done) if done.changed_anything() => write!(
+                f,
+                "{}; {}",
+                self.kind.to_string().replace(NOTHING_CHANGED, "this step changed nothing"),
+                done.words()
+            ),
+            _ => fmt::Display::fmt(&self.kind, f),
+        }
+    }
+}
+
+/// What a kind's message says when the call changed nothing; an upgrade's
+/// failure after steps that stay done says it of the failed step only.
+const NOTHING_CHANGED: &str = "nothing was changed";
+
+impl Done {
+    /// What stays done, and that a rerun resumes: `already done, and kept:
+    /// 3 steps run (1 found done), 4 backfill batches (3998 rows), 1 version
+    /// phase recorded; run the same command again: it skips what is done
+    /// and resumes here`.
+    ///
+    /// ```
+    /// use schema_gen::error::Done;
+    ///
+    /// let done = Done { steps_run: 2, batches: 3, rows: 2500, ..Done::default() };
+    /// assert_eq!(
+    ///     done.words(),
+    ///     "already done, and kept: 2 steps run, 3 backfill batches committed (2500 rows); \
+    ///      run the same command again: it skips what is done and resumes at the step that failed"
+    /// );
+    /// ```
+    pub fn words(&self) -> String {
+        let plural = |n: u64, one: &str, many: &str| {
+            format!("{n} {}", if n == 1 { one } else { many })
+        };
+        let mut parts = vec![plural(self.steps_run as u64, "step run", "steps run")];
+        if self.steps_skipped > 0 {
+            parts[0].push_str(&format!(" ({} found done)", self.steps_skipped));
+        }
+        if self.batches > 0 {
+            parts.push(format!(
+                "{} committed ({})",
+                plural(self.batches, "backfill batch", "backfill batches"),
+                plural(self.rows, "row", "rows")
+            ));
+        }
+        if self.recorded > 0 {
+            parts.push(plural(
+                self.recorded as u64,
+                "version phase recorded",
+                "version phases recorded",
+            ));
+        }
+        format!(
+            "already done, and kept: {}; run the same command again: it skips what is done and \
+             resumes at the step that failed",
+            parts.join(", ")
+        )
     }
 }
 

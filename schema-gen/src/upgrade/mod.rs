@@ -255,6 +255,19 @@ impl<'a> Upgrader<'a> {
         }
     }
 
+    /// The command line that runs this upgrade (`schema-gen upgrade
+    /// --layout citus --contract`), for the remedies errors give.
+    fn command(&self, contract: bool) -> String {
+        let mut command = "schema-gen upgrade".to_owned();
+        if self.options.layout.is_citus() {
+            command.push_str(&format!(" --layout {}", self.options.layout.name()));
+        }
+        if contract {
+            command.push_str(" --contract");
+        }
+        command
+    }
+
     async fn inspect(&self, client: &Client, schema: &SchemaName) -> Result<Inspection, Error> {
         check::inspect(client, schema, &self.catalog_options(), self.history).await
     }
@@ -425,7 +438,7 @@ impl<'a> Upgrader<'a> {
             schema,
             self.options,
             self.catalog_options(),
-            &inspection.live.role,
+            (&inspection.live.role, self.command(contract)),
             progress,
         );
         let walked = walk::walk(&itinerary, &mut executor).await;

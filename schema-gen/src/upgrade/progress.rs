@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::error::LockHolder;
 use crate::versions::{Phase, Step};
 
 /// What an upgrade reports while it runs.
@@ -38,6 +39,14 @@ pub enum Progress {
         step: Step,
         /// The attempt that gave up (from 1).
         attempt: u32,
+        /// The attempts it may make in all.
+        of: u32,
+        /// How long each attempt waits at most (its `lock_timeout`), in
+        /// milliseconds.
+        waited_ms: u64,
+        /// The sessions that held, or were queued ahead for, a lock on the
+        /// table when the attempt gave up, as far as the role may see them.
+        holders: Vec<LockHolder>,
     },
     /// A step waits (without queueing anyone) for another session to
     /// release a lock stronger than the engine's on its table.
@@ -95,8 +104,30 @@ impl Progress {
                  (not queueing: the engine is not held up)"
             ),
             Self::Vacuumed { step } => format!("  vacuumed {} after the backfill", step.table),
-            Self::LockRetry { attempt, .. } => {
-                format!("  gave up waiting for the lock (attempt {attempt}); trying again shortly")
+            Self::LockRetry {
+                attempt,
+                of,
+                waited_ms,
+                holders,
+                ..
+            } => {
+                let who = if holders.is_empty() {
+                    "no other session held or awaited a lock on the table any more when \
+                     schema-gen looked"
+                        .to_owned()
+                } else {
+                    holders
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                };
+                let left = of.saturating_sub(*attempt);
+                format!(
+                    "  gave up waiting for the lock (attempt {attempt}) after {waited_ms}ms, {left} \
+                     attempt{} left: {who}; trying again shortly",
+                    if left == 1 { "" } else { "s" }
+                )
             }
             Self::Batch {
                 rows,

@@ -18,7 +18,9 @@ use super::progress::Progress;
 use super::walk::Backend;
 use super::{StepBounds, UpgradeOptions};
 use crate::catalog;
-use crate::error::{Context, Done, Error, ErrorKind, LockTarget, Step as ErrorStep, classify};
+use crate::error::{
+    Context, Done, Error, ErrorKind, LockTarget, Step as ErrorStep, Tries, classify,
+};
 use crate::options::Bounds;
 use crate::options::Options;
 use crate::versions::done::done;
@@ -45,13 +47,14 @@ pub(super) struct Executor<'a> {
 }
 
 impl<'a> Executor<'a> {
-    /// An executor for `schema` on `client`, run by `role`.
+    /// An executor for `schema` on `client`, run by `role` through
+    /// `command` (`schema-gen upgrade --contract`: the remedy errors give).
     pub(super) fn new(
         client: &'a Client,
         schema: &'a SchemaName,
         options: &'a UpgradeOptions,
         catalog: Options,
-        role: &str,
+        (role, command): (&str, String),
         progress: &'a mut (dyn FnMut(&Progress) + Send),
     ) -> Self {
         Self {
@@ -59,7 +62,7 @@ impl<'a> Executor<'a> {
             schema,
             options,
             catalog,
-            context: Context::of(role, schema),
+            context: Context::of(role, schema).upgrading(command),
             done: Done::default(),
             progress,
         }
@@ -105,6 +108,7 @@ impl<'a> Executor<'a> {
     ) -> Result<(), Error> {
         let StepBounds { bounds, attempts } = self.options.bounds(wait);
         let mut attempt = 1;
+        let started = Instant::now();
         loop {
             if let (Wait::Brief, Some(step)) = (wait, step) {
                 self.until_no_one_else_alters(step, doing).await?;
@@ -115,12 +119,10 @@ impl<'a> Executor<'a> {
             };
             // Ends the failed transaction; a lost connection ends it too.
             let _ = self.client.batch_execute("ROLLBACK").await;
-            if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) && attempt < attempts {
+            let timed_out = err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
+            if timed_out && attempt < attempts {
                 if let Some(step) = step {
-                    (self.progress)(&Progress::LockRetry {
-                        step: step.clone(),
-                        attempt,
-                    });
+                    self.report_retry(step, attempt, attempts, &bounds).await;
                 }
                 tokio::time::sleep(backoff(attempt)).await;
                 attempt += 1;
@@ -128,8 +130,33 @@ impl<'a> Executor<'a> {
             }
             let target = step.map(|s| self.target(&s.table));
             let error_step = self.error_step(doing, target, &bounds);
-            return Err(self.fail(err, &error_step).await);
+            let failed = self.fail(err, &error_step).await;
+            return Err(if timed_out {
+                failed.with_tries(Tries {
+                    attempts: attempt,
+                    over: started.elapsed(),
+                })
+            } else {
+                failed
+            });
         }
+    }
+
+    /// Reports that `attempt` of `of` at `step`'s lock gave up, naming the
+    /// sessions holding or awaiting a lock on its table now.
+    async fn report_retry(&mut self, step: &Step, attempt: u32, of: u32, bounds: &Bounds) {
+        let holders = catalog::lock_holders(self.client, &self.target(&step.table))
+            .await
+            .unwrap_or_default();
+        (self.progress)(&Progress::LockRetry {
+            step: step.clone(),
+            attempt,
+            of,
+            waited_ms: bounds
+                .lock
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            holders,
+        });
     }
 
     /// Runs one statement outside any transaction block under session-level
