@@ -265,9 +265,14 @@ async fn a_lock_give_up_counts_its_attempts_and_each_attempt_names_the_holder() 
     .await;
     let mut upgrader = harness::connect().await;
     let mut quiet = |_: &Progress| {};
-    upgrade::upgrade(&mut upgrader, &schema, &UpgradeOptions::default(), &mut quiet)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    upgrade::upgrade(
+        &mut upgrader,
+        &schema,
+        &UpgradeOptions::default(),
+        &mut quiet,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
 
     let reader = harness::connect().await;
     let pid: i32 = reader
@@ -334,8 +339,7 @@ async fn a_lock_give_up_counts_its_attempts_and_each_attempt_names_the_holder() 
                 "gave up waiting for the lock (attempt {}) after 100ms, {} attempt",
                 attempt + 1,
                 2 - attempt
-            ))
-                && line.contains(&format!("session {pid} ")),
+            )) && line.contains(&format!("session {pid} ")),
             "{line}"
         );
     }
@@ -403,7 +407,12 @@ fn the_privilege_error_of_an_upgrade_gives_the_remedy_that_works() {
         "--schema",
         schema.as_str(),
     ]);
-    assert_eq!(plan.code, std::process::ExitCode::SUCCESS, "{}", plan.stderr);
+    assert_eq!(
+        plan.code,
+        std::process::ExitCode::SUCCESS,
+        "{}",
+        plan.stderr
+    );
     let applied = harness::psql_script(&url, &plan.stdout);
     assert!(
         applied.status.success(),
@@ -415,7 +424,12 @@ fn the_privilege_error_of_an_upgrade_gives_the_remedy_that_works() {
         let status = check::status(&admin, &schema, &Options::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(status.state, VersionState::ContractPending, "{}", status.message);
+        assert_eq!(
+            status.state,
+            VersionState::ContractPending,
+            "{}",
+            status.message
+        );
         exec(
             &admin,
             &format!("DROP SCHEMA {schema} CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"),
@@ -499,9 +513,14 @@ async fn an_interrupted_upgrade_says_what_stays_done() {
             }
         }
     };
-    let err = upgrade::upgrade(&mut upgrader, &schema, &UpgradeOptions::default(), &mut progress)
-        .await
-        .unwrap_err();
+    let err = upgrade::upgrade(
+        &mut upgrader,
+        &schema,
+        &UpgradeOptions::default(),
+        &mut progress,
+    )
+    .await
+    .unwrap_err();
     cutting.await.unwrap();
     let text = err.to_string();
     assert_eq!(err.kind().name(), "connection", "{text}");
@@ -513,9 +532,14 @@ async fn an_interrupted_upgrade_says_what_stays_done() {
     assert!(!text.contains("nothing was changed"), "{text}");
     let mut upgrader = harness::connect().await;
     let mut quiet = |_: &Progress| {};
-    let outcome = upgrade::upgrade(&mut upgrader, &schema, &UpgradeOptions::default(), &mut quiet)
-        .await
-        .unwrap_or_else(|e| panic!("the rerun: {e}"));
+    let outcome = upgrade::upgrade(
+        &mut upgrader,
+        &schema,
+        &UpgradeOptions::default(),
+        &mut quiet,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the rerun: {e}"));
     // The two it ran, and the version table (created by the leg that
     // records version 1, found done as every run finds it).
     assert_eq!(outcome.steps_skipped, 3, "{}", outcome.message());

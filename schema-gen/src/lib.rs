@@ -59,6 +59,7 @@ pub mod describe;
 pub mod difference;
 pub mod error;
 pub mod options;
+pub mod pooler;
 pub mod render;
 pub mod statements;
 pub mod upgrade;

@@ -22,8 +22,10 @@ use crate::upgrade::{self, DryRun, Progress, Span, Step, UpgradeOptions, Upgrade
 #[derive(Debug, Args)]
 pub struct UpgradeArgs {
     /// PostgreSQL connection string, as psql takes it (see `apply`)
-    /// [env: DATABASE_URL]. Use a direct connection or session pooling:
-    /// the CONCURRENTLY steps need session settings.
+    /// [env: DATABASE_URL]. A direct connection or session pooling: the
+    /// upgrade needs a session of its own (its lock, the settings of its
+    /// CONCURRENTLY steps), and refuses a pooler in transaction or
+    /// statement mode before it reads or locks anything.
     #[arg(long)]
     pub database_url: Option<String>,
     /// The engine-owned schema.
@@ -105,12 +107,26 @@ pub(super) fn run(
     let (lines, mut printed) = tokio::sync::mpsc::unbounded_channel::<String>();
     let result = runtime.block_on(async {
         let work = async move {
-            let mut client = connection.connect().await?;
             if args.dry_run {
+                // One catalog read: it needs no session of its own.
+                let client = connection.connect().await?;
                 return upgrade::dry_run(&client, &schema_for_work, &options, args.contract)
                     .await
                     .map(Done::Plan);
             }
+            // Before anything is read or locked: a pooled connection is
+            // refused (its lock could stay on a server connection the
+            // pooler hands to an engine).
+            let mut watched = connection.connect_watched().await?;
+            upgrade::require_session(
+                &watched.client,
+                &mut watched.notifications,
+                || connection.connect_watched(),
+                &schema_for_work,
+                &connection.describe(),
+            )
+            .await?;
+            let mut client = watched.client;
             let mut progress = move |event: &Progress| {
                 let _ = lines.send(event.line());
             };

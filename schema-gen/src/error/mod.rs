@@ -366,6 +366,41 @@ pub enum ErrorKind {
         /// How long it waited.
         waited: Duration,
     },
+    /// The connection an upgrade was given does not keep a server session
+    /// of its own between transactions: it goes through a pooler in
+    /// transaction or statement pooling mode
+    /// ([`pooler`](crate::pooler)). Refused before anything was read or
+    /// locked.
+    #[error(
+        "an upgrade of schema {schema} needs a server session of its own for its whole run (its \
+         lock, the settings of its CONCURRENTLY steps), and the connection to {server} does not \
+         keep one between transactions: it goes through a connection pooler in transaction or \
+         statement pooling mode (pgbouncer with pool_mode = transaction or statement, for one): \
+         {evidence}; nothing was read, locked or changed: point the database URL at PostgreSQL \
+         itself (or at a pool in session mode) and run it again"
+    )]
+    Pooled {
+        /// The engine schema.
+        schema: SchemaName,
+        /// Where the connection went (`127.0.0.1:6432/app as app`).
+        server: String,
+        /// What the probe saw, in words ([`Evidence`](crate::pooler::Evidence)).
+        evidence: String,
+    },
+    /// The server session of an upgrade's connection changed between its
+    /// steps (a pooler the probe did not catch), or its upgrade lock is no
+    /// longer held: the upgrade stopped before its next step.
+    #[error("{}", session_changed_message(schema, *took, *now, *held))]
+    SessionChanged {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The backend pid that took the upgrade lock.
+        took: i32,
+        /// The backend pid the connection runs on now.
+        now: i32,
+        /// Whether that backend holds the upgrade lock.
+        held: bool,
+    },
     /// The upgrade steps ran, but the catalog is not the shape they should
     /// make: something in the database changes objects as they are altered
     /// (an event trigger?), or another session changed them meanwhile. What
@@ -413,6 +448,8 @@ impl ErrorKind {
             Self::InconsistentVersions { .. } => "inconsistent_versions",
             Self::ConcurrentChange { .. } => "concurrent_change",
             Self::Blocked { .. } => "blocked",
+            Self::Pooled { .. } => "pooled",
+            Self::SessionChanged { .. } => "session_changed",
             Self::UpgradeDiffers { .. } => "upgrade_differs",
             Self::Defect { .. } => "defect",
         }
@@ -515,7 +552,9 @@ impl fmt::Display for Error {
             Some(done) if done.changed_anything() => write!(
                 f,
                 "{}; {}",
-                self.kind.to_string().replace(NOTHING_CHANGED, "this step changed nothing"),
+                self.kind
+                    .to_string()
+                    .replace(NOTHING_CHANGED, "this step changed nothing"),
                 done.words()
             ),
             _ => fmt::Display::fmt(&self.kind, f),
@@ -544,9 +583,8 @@ impl Done {
     /// );
     /// ```
     pub fn words(&self) -> String {
-        let plural = |n: u64, one: &str, many: &str| {
-            format!("{n} {}", if n == 1 { one } else { many })
-        };
+        let plural =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         let mut parts = vec![plural(self.steps_run as u64, "step run", "steps run")];
         if self.steps_skipped > 0 {
             parts[0].push_str(&format!(" ({} found done)", self.steps_skipped));
@@ -608,6 +646,24 @@ fn drift_message(schema: &SchemaName, differences: &[Difference]) -> String {
         differences.len(),
         if differences.len() == 1 { "" } else { "s" },
         list.join("; ")
+    )
+}
+
+fn session_changed_message(schema: &SchemaName, took: i32, now: i32, held: bool) -> String {
+    if took == now && !held {
+        return format!(
+            "the upgrade lock of schema {schema} is no longer held by this connection's session \
+             {now} (something released it): stopped before the next step, so that no other \
+             upgrade runs beside it; run the upgrade again"
+        );
+    }
+    format!(
+        "the server session under the upgrade of schema {schema} changed: session {took} took the \
+         upgrade lock, and the connection now runs on session {now}, so a connection pooler in \
+         transaction or statement pooling mode sits between schema-gen and PostgreSQL; stopped \
+         before the next step; the upgrade lock stays with session {took} as long as the pooler \
+         keeps that server connection open: from a direct connection, end it with SELECT \
+         pg_terminate_backend({took}), then run the upgrade there"
     )
 }
 

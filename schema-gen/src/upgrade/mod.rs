@@ -71,6 +71,7 @@ mod bounds;
 mod dry_run;
 mod executor;
 mod progress;
+mod session;
 mod walk;
 
 use serde::Serialize;
@@ -92,6 +93,7 @@ pub use crate::versions::{Action, Phase, Span, Step, TableLock};
 pub use bounds::{StepBounds, UpgradeOptions};
 pub use dry_run::DryRun;
 pub use progress::Progress;
+pub use session::{PROBE_TIMEOUT, require_session};
 
 /// What an upgrade or a contract did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -293,7 +295,7 @@ impl<'a> Upgrader<'a> {
             return self.create(client, schema).await;
         }
         let lock = executor::UpgradeLock::take(client, schema).await?;
-        let result = self.walk(client, schema, false, progress).await;
+        let result = self.walk((client, &lock), schema, false, progress).await;
         lock.release(client).await;
         result
     }
@@ -310,7 +312,7 @@ impl<'a> Upgrader<'a> {
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<UpgradeOutcome, Error> {
         let lock = executor::UpgradeLock::take(client, schema).await?;
-        let result = self.walk(client, schema, true, progress).await;
+        let result = self.walk((client, &lock), schema, true, progress).await;
         lock.release(client).await;
         result
     }
@@ -426,7 +428,7 @@ impl<'a> Upgrader<'a> {
     /// itinerary with the executor, and checks what the steps made.
     async fn walk(
         &self,
-        client: &Client,
+        (client, lock): (&Client, &executor::UpgradeLock),
         schema: &SchemaName,
         contract: bool,
         progress: &mut (dyn FnMut(&Progress) + Send),
@@ -434,7 +436,7 @@ impl<'a> Upgrader<'a> {
         let inspection = self.inspect(client, schema).await?;
         let itinerary = self.itinerary(schema, &inspection, contract)?;
         let mut executor = executor::Executor::new(
-            client,
+            (client, lock),
             schema,
             self.options,
             self.catalog_options(),

@@ -34,9 +34,12 @@ pub(super) fn release() -> String {
     crate::render::record::release()
 }
 
-/// Runs legs on one connection.
+/// Runs legs on one connection, checking before each that the connection's
+/// session still holds the upgrade lock.
 pub(super) struct Executor<'a> {
     client: &'a Client,
+    /// The upgrade lock, checked before each leg.
+    lock: &'a UpgradeLock,
     schema: &'a SchemaName,
     options: &'a UpgradeOptions,
     /// The bounds of the catalog reads between steps.
@@ -50,7 +53,7 @@ impl<'a> Executor<'a> {
     /// An executor for `schema` on `client`, run by `role` through
     /// `command` (`schema-gen upgrade --contract`: the remedy errors give).
     pub(super) fn new(
-        client: &'a Client,
+        (client, lock): (&'a Client, &'a UpgradeLock),
         schema: &'a SchemaName,
         options: &'a UpgradeOptions,
         catalog: Options,
@@ -59,6 +62,7 @@ impl<'a> Executor<'a> {
     ) -> Self {
         Self {
             client,
+            lock,
             schema,
             options,
             catalog,
@@ -303,6 +307,7 @@ async fn send_transaction(
 
 impl Backend for Executor<'_> {
     async fn record(&mut self, record: Record, statements: &[String]) -> Result<(), Error> {
+        self.lock.verify(self.client).await?;
         let doing = format!(
             "recording the upgrade of schema {}: {}",
             self.schema,
@@ -329,6 +334,7 @@ impl Backend for Executor<'_> {
         of: usize,
         work: &Work,
     ) -> Result<(), Error> {
+        self.lock.verify(self.client).await?;
         let live = catalog::read(self.client, self.schema, &self.catalog).await?;
         if done(step, &live) {
             self.done.steps_skipped += 1;
