@@ -35,6 +35,12 @@ pub struct UpgradeArgs {
     /// versions needed. Run it once none of them works on the database.
     #[arg(long)]
     pub contract: bool,
+    /// With --contract: run it even while engines of older versions are
+    /// connected (found by their application_name, alkstore-engine/<release>,
+    /// or by their last statement); their statements fail from then on,
+    /// enqueues included. Without it the contract refuses, naming them.
+    #[arg(long, requires = "contract")]
+    pub allow_older_engines: bool,
     /// Print the steps still to run as a psql script, and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -99,6 +105,7 @@ pub(super) fn run(
     let options = UpgradeOptions {
         lock_timeout: args.lock_timeout,
         layout: args.layout,
+        allow_older_engines: args.allow_older_engines,
         ..UpgradeOptions::default()
     };
     let schema_for_work = schema.clone();

@@ -9,6 +9,7 @@
 //! name ([`ErrorKind::name`]): the JSON `kind` of the CLI.
 
 mod classify;
+mod engines;
 mod lock;
 
 use std::fmt;
@@ -19,11 +20,13 @@ use serde::Serialize;
 
 use crate::difference::Difference;
 use crate::options::duration_words;
+use engines::older_engines_message;
 use lock::lock_timeout_message;
 
 #[cfg(feature = "connect")]
 pub(crate) use classify::detail;
 pub(crate) use classify::{Context, Step, classify, one_line};
+pub use engines::EngineSession;
 pub use lock::{LockHolder, LockTarget, Tries};
 
 /// Why bootstrap, verification, an upgrade or a database command failed.
@@ -366,6 +369,26 @@ pub enum ErrorKind {
         /// How long it waited.
         waited: Duration,
     },
+    /// The contract would remove what engines of older versions rely on,
+    /// and sessions of such engines are connected (told by their
+    /// `application_name`, or by their last statement being one only an
+    /// older release runs). Refused unless allowed
+    /// ([`UpgradeOptions::allow_older_engines`](crate::upgrade::UpgradeOptions::allow_older_engines)).
+    /// Nothing was changed.
+    #[error("{}", older_engines_message(self))]
+    OlderEngines {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The engines older than this version break.
+        version: u32,
+        /// The sessions found.
+        sessions: Vec<EngineSession>,
+        /// What fails for them after the contract, in words (`inserts into
+        /// jobs (null value in column "ready")`).
+        breaks: Vec<String>,
+        /// Sessions of other roles whose release could not be told.
+        unseen: usize,
+    },
     /// The connection an upgrade was given does not keep a server session
     /// of its own between transactions: it goes through a pooler in
     /// transaction or statement pooling mode
@@ -448,6 +471,7 @@ impl ErrorKind {
             Self::InconsistentVersions { .. } => "inconsistent_versions",
             Self::ConcurrentChange { .. } => "concurrent_change",
             Self::Blocked { .. } => "blocked",
+            Self::OlderEngines { .. } => "older_engines",
             Self::Pooled { .. } => "pooled",
             Self::SessionChanged { .. } => "session_changed",
             Self::UpgradeDiffers { .. } => "upgrade_differs",

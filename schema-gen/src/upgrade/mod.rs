@@ -69,6 +69,7 @@
 
 mod bounds;
 mod dry_run;
+mod engines;
 mod executor;
 mod progress;
 mod session;
@@ -92,6 +93,7 @@ use crate::versions::{History, Itinerary, Standing};
 pub use crate::versions::{Action, Phase, Span, Step, TableLock};
 pub use bounds::{StepBounds, UpgradeOptions};
 pub use dry_run::DryRun;
+pub use engines::APPLICATION_PREFIX;
 pub use progress::Progress;
 pub use session::{PROBE_TIMEOUT, require_session};
 
@@ -435,6 +437,20 @@ impl<'a> Upgrader<'a> {
     ) -> Result<UpgradeOutcome, Error> {
         let inspection = self.inspect(client, schema).await?;
         let itinerary = self.itinerary(schema, &inspection, contract)?;
+        if let Some((version, breaks)) = engines::breaks(&itinerary) {
+            let (sessions, unseen) = engines::older_than(client, schema, version).await?;
+            if !sessions.is_empty() && !self.options.allow_older_engines {
+                return Err(ErrorKind::OlderEngines {
+                    schema: schema.clone(),
+                    version,
+                    sessions,
+                    breaks,
+                    unseen,
+                }
+                .into());
+            }
+            engines::report(progress, sessions, unseen);
+        }
         let mut executor = executor::Executor::new(
             (client, lock),
             schema,

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::error::LockHolder;
+use crate::error::{EngineSession, LockHolder};
 use crate::versions::{Phase, Step};
 
 /// What an upgrade reports while it runs.
@@ -76,6 +76,19 @@ pub enum Progress {
         /// Keys to walk in all.
         keys_total: i64,
     },
+    /// The contract runs while sessions of older engines are connected
+    /// (allowed: [`UpgradeOptions::allow_older_engines`](super::UpgradeOptions::allow_older_engines)):
+    /// they fail from now on.
+    OlderEnginesConnected {
+        /// The sessions.
+        sessions: Vec<EngineSession>,
+    },
+    /// Before a contract: sessions of other roles whose release could not
+    /// be told (no release in `application_name`, statements hidden).
+    SessionsUnseen {
+        /// How many.
+        count: usize,
+    },
     /// A version's phase is done and recorded.
     Recorded {
         /// The version.
@@ -135,6 +148,22 @@ impl Progress {
                 keys_total,
                 ..
             } => format!("  {rows} rows; {keys_done} of {keys_total} keys"),
+            Self::OlderEnginesConnected { sessions } => format!(
+                "warning: contracting while engines of older versions are connected \
+                 (--allow-older-engines); their statements fail from now on: {}",
+                sessions
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            Self::SessionsUnseen { count } => format!(
+                "note: {count} session{} of other roles on this database could not be looked \
+                 into (no release in application_name, statements hidden from this role; \
+                 pg_read_all_stats shows them): if one is an engine of an older version, it \
+                 fails after the contract",
+                if *count == 1 { "" } else { "s" }
+            ),
             Self::Recorded { version, phase } => {
                 format!("version {version}: {} recorded", phase.word())
             }
