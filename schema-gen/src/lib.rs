@@ -52,6 +52,8 @@ pub mod describe;
 pub mod difference;
 pub mod error;
 pub mod options;
+pub mod pool;
+pub mod pooler;
 pub mod render;
 pub mod statements;
 pub mod upgrade;

@@ -183,6 +183,7 @@
 
 mod binder;
 mod call;
+mod connection;
 pub mod consumed_events;
 pub mod dead_jobs;
 mod define;
@@ -202,7 +203,8 @@ pub use call::{
 pub use error::{StatementError, StatementErrorKind};
 pub use registry::{all, all_for, maintenance, registry};
 pub use row::{FromRow, RowError};
-pub use session::Session;
+pub use connection::Connection;
+pub use session::{Session, Sessions, StatementMode};
 pub use statement::{Definition, Param, Statement};
 
 /// The value shapes the statements read and write, from `schema-model`
