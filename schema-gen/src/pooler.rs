@@ -100,7 +100,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 /// # Errors
 ///
 /// A connection, `LISTEN` or `NOTIFY` failed.
-pub async fn probe<T>(config: &Config, tls: T, timeout: Duration) -> Result<Pooling, tokio_postgres::Error>
+pub async fn probe<T>(
+    config: &Config,
+    tls: T,
+    timeout: Duration,
+) -> Result<Pooling, tokio_postgres::Error>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::Stream: Send + 'static,
@@ -114,7 +118,9 @@ where
     // Lowercase letters, digits and `_`: no quoting needed, under 63 bytes.
     let channel = format!("alkstore_pooler_probe_{}_{nonce}", std::process::id());
     let (listening, mut to_listening) = open(config, tls.clone()).await?;
-    listening.batch_execute(&format!("LISTEN {channel}")).await?;
+    listening
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await?;
     let (notifying, mut to_notifying) = open(config, tls).await?;
     notifying
         .batch_execute(&format!("NOTIFY {channel}"))
@@ -161,8 +167,7 @@ where
     let (client, mut connection) = config.connect(tls).await?;
     let (seen, notifications) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let mut messages =
-            futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(Ok(message)) = messages.next().await {
             if let AsyncMessage::Notification(notification) = message {
                 // Nobody watching any more is fine: the connection is still

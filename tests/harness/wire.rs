@@ -85,12 +85,17 @@ impl CountingProxy {
         let accept_seen = Arc::clone(&seen);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                // Each message is written in three parts: without this,
+                // Nagle's algorithm holds the later parts for the peer's
+                // delayed acknowledgement (tens of milliseconds a message).
+                let _ = client.set_nodelay(true);
                 let seen = Arc::clone(&accept_seen);
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
                     match upstream {
                         Upstream::Tcp(host, port) => {
                             if let Ok(server) = TcpStream::connect((host.as_str(), port)).await {
+                                let _ = server.set_nodelay(true);
                                 relay(client, server, seen).await;
                             }
                         }

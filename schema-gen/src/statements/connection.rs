@@ -69,6 +69,11 @@ pub(crate) mod sealed {
         /// The driver's client (or transaction) the statements run on.
         type Driver: GenericClient + Sync;
 
+        /// Whether the statements run inside a transaction the caller
+        /// opened (then a pooler keeps the server connection until it
+        /// ends).
+        const IN_TRANSACTION: bool;
+
         /// The driver's client the statements run on.
         fn driver(&self) -> &Self::Driver;
 
@@ -94,6 +99,7 @@ async fn prepare_in<D: GenericClient + Sync>(
 
 impl sealed::Sealed for Client {
     type Driver = Client;
+    const IN_TRANSACTION: bool = false;
 
     fn driver(&self) -> &Client {
         self
@@ -110,6 +116,7 @@ impl sealed::Sealed for Client {
 
 impl<'t> sealed::Sealed for Transaction<'t> {
     type Driver = Transaction<'t>;
+    const IN_TRANSACTION: bool = true;
 
     fn driver(&self) -> &Transaction<'t> {
         self
@@ -127,6 +134,7 @@ impl<'t> sealed::Sealed for Transaction<'t> {
 #[cfg(feature = "deadpool")]
 impl sealed::Sealed for deadpool_postgres::Object {
     type Driver = Client;
+    const IN_TRANSACTION: bool = false;
 
     fn driver(&self) -> &Client {
         let wrapper: &deadpool_postgres::ClientWrapper = self;
@@ -147,6 +155,7 @@ impl sealed::Sealed for deadpool_postgres::Object {
 #[cfg(feature = "deadpool")]
 impl<'t> sealed::Sealed for deadpool_postgres::Transaction<'t> {
     type Driver = Transaction<'t>;
+    const IN_TRANSACTION: bool = true;
 
     fn driver(&self) -> &Transaction<'t> {
         self

@@ -200,10 +200,10 @@ pub mod streams;
 pub use call::{
     Call, Decode, DecodeError, Done, One, Optional, Output, Returns, Rows, RowsAffected,
 };
+pub use connection::Connection;
 pub use error::{StatementError, StatementErrorKind};
 pub use registry::{all, all_for, maintenance, registry};
 pub use row::{FromRow, RowError};
-pub use connection::Connection;
 pub use session::{Session, Sessions, StatementMode};
 pub use statement::{Definition, Param, Statement};
 

@@ -43,9 +43,11 @@ pub enum StatementMode {
     /// parameter's type, and its values in the same message sequence
     /// (`Parse`, `Bind`, `Describe`, `Execute`, `Sync`: one round trip, as
     /// tokio-postgres's `query_typed`). Nothing outlives the call, so it is
-    /// correct on any connection, a pooler's included; the price is that the
-    /// server parses and plans every call (BENCHMARKS.md, "Sessions on pools
-    /// and poolers").
+    /// correct on any connection, a pooler's included; outside a
+    /// transaction a session sends one call at a time, and the claim path
+    /// runs in a transaction (see [`Session`], "Behind a pooler"). The
+    /// price is that the server parses and plans every call (BENCHMARKS.md,
+    /// "Sessions on pools and poolers").
     Unnamed,
 }
 
@@ -147,6 +149,7 @@ impl Sessions {
             client,
             sessions: self.clone(),
             prepared: Prepared::default(),
+            turns: Arc::default(),
         }
     }
 
@@ -233,10 +236,10 @@ impl Sessions {
 /// transaction would only hold promote's row locks until the claim ends (so
 /// other workers skip those jobs) and cost a `BEGIN` and a `COMMIT`. If
 /// promote fails, the claim still runs (it was already sent) and the first
-/// error is returned. Behind pgbouncer in transaction pooling the two may
-/// run on different server connections; the claim is still sent after
-/// promote's answer is on its way, and a job promote made ready that the
-/// claim does not see is claimed by the next poll.
+/// error is returned. In [`StatementMode::Unnamed`] (outside a transaction
+/// of the caller's) the two do run in one transaction, `BEGIN`, promote,
+/// claim and `COMMIT` sent together, still one round trip: see "Behind a
+/// pooler"; a failed promote then rolls the claim back with it.
 ///
 /// [`jobs::Promote`]: super::jobs::Promote
 /// [`jobs::Claim`]: super::jobs::Claim
@@ -245,12 +248,29 @@ impl Sessions {
 ///
 /// Through pgbouncer in transaction pooling, use [`StatementMode::Unnamed`]
 /// (or let [`crate::pooler::probe`] choose). What works there: every call,
-/// the claim path pipelined, [`transaction`](Session::transaction) (the
-/// pooler keeps one server connection for the whole transaction). What does
-/// not, and the product never relies on it: a named prepared statement
-/// between transactions, a session `SET`, a session advisory lock, `LISTEN`
-/// (the wake-up listener needs a direct connection). In statement pooling
-/// only single calls work: a transaction is refused by the pooler.
+/// the claim path in one round trip, [`transaction`](Session::transaction)
+/// (the pooler keeps one server connection for the whole transaction),
+/// [`Sessions`] on pools in front of the pooler. What does not, and the
+/// product never relies on it there: a named prepared statement between
+/// transactions (the prepared mode), a session `SET`, a session advisory
+/// lock, `LISTEN` (the wake-up listener needs a direct connection), and
+/// two requests in flight at once on one connection.
+///
+/// That last one is pgbouncer's, measured here with 1.18: when a client
+/// sends a second request before the first one's answer, and the second
+/// reaches pgbouncer in more than one piece, pgbouncer can hand the server
+/// connection back to its pool at the first answer, between the pieces;
+/// the rest of the request then runs on another server connection, and the
+/// answers go to the wrong clients (`unexpected message from server`, jobs
+/// left claimed). A proxy that forwards message by message made it happen
+/// on most connections within 2,000 jobs. So in the unnamed mode, outside a
+/// transaction, a session sends one call at a time (calls of other tasks
+/// on the same session wait their turn), and
+/// [`run_pipelined`](Self::run_pipelined) sends its two calls inside a
+/// transaction, which pgbouncer never splits. Do not run other queries
+/// concurrently on the session's connection ([`client`](Self::client))
+/// either. In statement pooling only single calls work: a transaction is
+/// refused by the pooler, and so is the unnamed mode's claim path.
 ///
 /// # Example
 ///
@@ -267,6 +287,9 @@ pub struct Session<C = Client> {
     /// The statements prepared on this physical connection, when `C` keeps
     /// none itself (an owned client and its transactions).
     prepared: Prepared,
+    /// In [`StatementMode::Unnamed`], one call at a time (outside a
+    /// transaction).
+    turns: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl<C: Connection> Session<C> {
@@ -336,6 +359,12 @@ impl<C: Connection> Session<C> {
     /// (message, SQLSTATE, detail, hint), a lost connection, or a returned
     /// row that does not decode.
     pub async fn run<Q: Call + Sync>(&self, call: &Q) -> Result<Output<Q>, StatementError> {
+        let _turn = self.turn().await;
+        self.run_now(call).await
+    }
+
+    /// [`run`](Self::run), without waiting for the session's turn.
+    async fn run_now<Q: Call + Sync>(&self, call: &Q) -> Result<Output<Q>, StatementError> {
         let text = self
             .sessions
             .text(Q::NAME, || call.statement(self.schema()));
@@ -345,6 +374,17 @@ impl<C: Connection> Session<C> {
             .map_err(|e| StatementError::from_driver(Q::NAME, e))?;
         <Q::Returns as Returns>::decode(rows, rows_affected)
             .map_err(|error| StatementError::new(Q::NAME, error.into()))
+    }
+
+    /// In [`StatementMode::Unnamed`] outside a transaction, waits until no
+    /// other call of this session is in flight, and holds that turn: see
+    /// [the type's docs](Session), "Behind a pooler".
+    async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        if self.mode() == StatementMode::Unnamed && !C::IN_TRANSACTION {
+            Some(self.turns.lock().await)
+        } else {
+            None
+        }
     }
 
     /// Runs `first` and `second` in one round trip: both are sent before
@@ -367,8 +407,25 @@ impl<C: Connection> Session<C> {
         A: Call + Sync,
         B: Call + Sync,
     {
-        let (first, second) = futures_util::future::join(self.run(first), self.run(second)).await;
-        Ok((first?, second?))
+        let Some(_turn) = self.turn().await else {
+            let (first, second) =
+                futures_util::future::join(self.run_now(first), self.run_now(second)).await;
+            return Ok((first?, second?));
+        };
+        // Behind a transaction pooler two requests in flight at once are not
+        // safe, so the two run in one transaction, sent together.
+        let driver = self.client.driver();
+        let (begun, first, second, ended) = futures_util::future::join4(
+            driver.batch_execute("BEGIN"),
+            self.run_now(first),
+            self.run_now(second),
+            driver.batch_execute("COMMIT"),
+        )
+        .await;
+        begun.map_err(|e| StatementError::from_driver("begin", e))?;
+        let (first, second) = (first?, second?);
+        ended.map_err(|e| StatementError::from_driver("commit", e))?;
+        Ok((first, second))
     }
 
     /// Prepares every statement of this session's layout
@@ -419,7 +476,10 @@ impl<C: Connection> Session<C> {
             }
             StatementMode::Unnamed => {
                 driver
-                    .query_typed_raw(&text.sql, params.into_iter().zip(text.types.iter().cloned()))
+                    .query_typed_raw(
+                        &text.sql,
+                        params.into_iter().zip(text.types.iter().cloned()),
+                    )
                     .await?
             }
         };
@@ -465,6 +525,7 @@ impl Session<Client> {
             client: transaction,
             sessions: self.sessions.clone(),
             prepared: self.prepared.clone(),
+            turns: Arc::clone(&self.turns),
         })
     }
 }
