@@ -45,7 +45,7 @@
 //! # bb8 (feature `bb8`)
 //!
 //! bb8-postgres keeps no statements, so the pool's connections are
-//! sessions: [`SessionManager`] wraps bb8-postgres's
+//! sessions: `SessionManager` wraps bb8-postgres's
 //! `PostgresConnectionManager` (which connects and checks the connections)
 //! and each connection it makes is a [`Session`] that owns its client and
 //! the statements prepared on it. A checkout derefs to that session.

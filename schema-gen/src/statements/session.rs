@@ -213,7 +213,7 @@ impl Sessions {
 /// transaction on it ([`transaction`](Session::transaction); both share the
 /// statements prepared so far), or a pool's client (see [`crate::pool`]:
 /// deadpool-postgres's `Object` keeps the statements with its physical
-/// connection, a bb8 pool of [`crate::pool::SessionManager`] hands out
+/// connection, a bb8 pool of `pool::SessionManager` (feature `bb8`) hands out
 /// sessions). [`Sessions`] makes sessions that share the schema, layout,
 /// mode and statement texts; [`Session::new`] is one on its own.
 ///
