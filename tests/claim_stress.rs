@@ -461,11 +461,11 @@ async fn claimers_promoters_workers_and_the_reaper_never_wait_for_a_held_row() {
 }
 
 /// Polls the watch until `waiter` has reported a wait (at most a minute:
-/// only a failing run waits that long); that wait.
-async fn reported(watch: &LockWatch, waiter: &str) -> harness::lock_waits::Wait {
+/// only a failing run waits that long).
+async fn reported(watch: &LockWatch, waiter: &str) {
     for _ in 0..1200 {
-        if let Some(wait) = watch.seen().into_iter().find(|w| w.waiter == waiter) {
-            return wait;
+        if watch.seen().iter().any(|w| w.waiter == waiter) {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -512,12 +512,14 @@ async fn the_watch_names_a_wait_for_a_held_row_with_both_sessions() {
         1
     );
     let blocking = format!("SELECT id FROM {schema}.jobs WHERE id = {id} FOR UPDATE");
-    let (waited, wait) = tokio::join!(waiter.query(&blocking, &[]), async {
-        let wait = reported(&watch, "waiter").await;
+    let (waited, ()) = tokio::join!(waiter.query(&blocking, &[]), async {
+        reported(&watch, "waiter").await;
         exec(&holder, "COMMIT").await;
-        wait
     });
     waited.unwrap_or_else(|e| panic!("{}", describe_error(&e)));
+    let waits = watch.stop().await;
+    assert_eq!(waits.all.len(), 1, "{}", waits.summary());
+    let wait = &waits.all[0];
 
     assert_eq!(wait.path, Path::Row, "{wait}");
     assert!(wait.is_forbidden(), "{wait}");
@@ -539,7 +541,6 @@ async fn the_watch_names_a_wait_for_a_held_row_with_both_sessions() {
     ] {
         assert!(words.contains(part), "{part:?} missing from: {words}");
     }
-    let waits = watch.stop().await;
     assert_eq!(waits.forbidden().len(), 1, "{}", waits.summary());
 }
 
@@ -587,10 +588,9 @@ async fn postgresql_makes_a_skip_locked_claim_wait_in_its_update_chain_step() {
     )
     .await;
     let claim = jobs::claim(&schema, "q", "c", T0, 1);
-    let (claimed, wait) = tokio::join!(try_claim(&claimer, &claim), async {
-        let wait = reported(&watch, "claimer").await;
+    let (claimed, ()) = tokio::join!(try_claim(&claimer, &claim), async {
+        reported(&watch, "claimer").await;
         exec(&holder, "COMMIT").await;
-        wait
     });
     // Repeatable read: the job changed since the snapshot.
     let refused = claimed
@@ -603,6 +603,9 @@ async fn postgresql_makes_a_skip_locked_claim_wait_in_its_update_chain_step() {
         describe_error(&refused)
     );
     exec(&claimer, "ROLLBACK").await;
+    let waits = watch.stop().await;
+    assert_eq!(waits.all.len(), 1, "{}", waits.summary());
+    let wait = &waits.all[0];
 
     assert_eq!(wait.path, Path::UpdateChain, "{wait}");
     assert!(!wait.is_forbidden(), "{wait}");
@@ -611,7 +614,6 @@ async fn postgresql_makes_a_skip_locked_claim_wait_in_its_update_chain_step() {
         words.contains("holder: session holder") && words.contains("FOR NO KEY UPDATE"),
         "{words}"
     );
-    let waits = watch.stop().await;
     waits.assert_none_forbidden();
 }
 

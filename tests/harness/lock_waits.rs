@@ -80,6 +80,8 @@ pub struct Wait {
     /// rows, read when the wait was reported (a holder that has finished by
     /// then is not listed).
     pub sessions: Vec<String>,
+    /// The transaction waited for, if the lock is one.
+    pub xid: Option<String>,
     /// How long the wait lasted, when the server said (`acquired ... after`).
     pub lasted: Option<String>,
     /// Whether the poller cancelled the waiter.
@@ -196,6 +198,9 @@ struct Shared {
     sessions: BTreeMap<i32, (String, Role)>,
     waits: Vec<Wait>,
     deadlocks: Vec<String>,
+    /// xid -> (pid, the queries the poller saw it run), for the watched
+    /// sessions' transactions.
+    transactions: BTreeMap<String, (i32, Vec<String>)>,
 }
 
 /// Watches sessions opened through it for lock waits; see the module docs.
@@ -300,6 +305,22 @@ impl LockWatch {
         // The sessions' connections hold senders too, so it would not end.
         self.resolver.abort();
         let mut shared = lock(&self.shared);
+        let (transactions, sessions) = (shared.transactions.clone(), shared.sessions.clone());
+        for wait in &mut shared.waits {
+            let Some(xid) = &wait.xid else { continue };
+            if wait.sessions.iter().any(|line| line.starts_with("holder")) {
+                continue;
+            }
+            wait.sessions.push(match transactions.get(xid) {
+                Some((pid, queries)) => format!(
+                    "holder: session {} (pid {pid}) ran, in transaction {xid} (seen by the poller; \
+                     it had ended when the wait was read): {}",
+                    sessions.get(pid).map_or("?", |(name, _)| name.as_str()),
+                    queries.join("; ")
+                ),
+                None => format!("holder: transaction {xid}, ended before a poll saw it"),
+            });
+        }
         Waits {
             all: std::mem::take(&mut shared.waits),
             deadlocks: std::mem::take(&mut shared.deadlocks),
@@ -328,8 +349,9 @@ const LOCK_OBJECT: &str = "CASE l.locktype \
 /// Turns each session's wait reports into [`Wait`]s, reading who holds the
 /// lock as soon as the report comes.
 async fn resolve(mut received: mpsc::UnboundedReceiver<Message>, shared: Arc<Mutex<Shared>>) {
-    let monitor = monitor("lock-wait resolver").await;
-    let sql = format!(
+    let monitor = Arc::new(monitor("lock-wait resolver").await);
+    let mut reading = tokio::task::JoinSet::new();
+    let sql = Arc::new(format!(
         "WITH waited AS (SELECT * FROM pg_locks WHERE pid = $1 AND NOT granted), \
          holders AS ( \
              SELECT pid FROM pg_stat_activity WHERE backend_xid::text = $2 \
@@ -346,11 +368,12 @@ async fn resolve(mut received: mpsc::UnboundedReceiver<Message>, shared: Arc<Mut
                      OR (l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.transactionid::text = $2))) \
          FROM pg_stat_activity a WHERE a.pid = $1 OR a.pid IN (SELECT pid FROM holders) \
          ORDER BY a.pid <> $1, a.pid"
-    );
+    ));
     while let Some(message) = received.recv().await {
         let report = match message {
             Message::Report(report) => report,
             Message::Flush(done) => {
+                while reading.join_next().await.is_some() {}
                 let _ = done.send(());
                 continue;
             }
@@ -396,102 +419,141 @@ async fn resolve(mut received: mpsc::UnboundedReceiver<Message>, shared: Arc<Mut
         } else {
             Path::Row
         };
-        let names = lock(&shared).sessions.clone();
-        let sessions = match monitor.query(&sql, &[&report.pid, &xid]).await {
-            Ok(rows) => rows
-                .iter()
-                .map(|row| {
-                    let pid: i32 = row.get(0);
-                    let state: Option<String> = row.get(1);
-                    let query: Option<String> = row.get(2);
-                    let locks: Option<String> = row.get(3);
-                    let who = names.get(&pid).map_or_else(
-                        || "a session the test does not watch".to_owned(),
-                        |(name, _)| format!("session {name}"),
-                    );
-                    let part = if pid == report.pid {
-                        "waiter"
-                    } else {
-                        "holder"
-                    };
-                    format!(
-                        "{part}: {who} (pid {pid}, {}) running: {}\n      pg_locks: {}",
-                        state.unwrap_or_default(),
-                        query.unwrap_or_default(),
-                        locks.unwrap_or_else(|| "-".to_owned())
-                    )
-                })
-                .collect(),
-            Err(e) => vec![format!("reading pg_locks failed: {}", describe_error(&e))],
+        let index = {
+            let mut shared = lock(&shared);
+            shared.waits.push(Wait {
+                waiter: report.session,
+                role: report.role,
+                lock: what.to_owned(),
+                context,
+                path,
+                sessions: Vec::new(),
+                xid: (!xid.is_empty()).then(|| xid.clone()),
+                lasted: None,
+                cancelled: false,
+            });
+            shared.waits.len() - 1
         };
-        lock(&shared).waits.push(Wait {
-            waiter: report.session,
-            role: report.role,
-            lock: what.to_owned(),
-            context,
-            path,
-            sessions,
-            lasted: None,
-            cancelled: false,
+        // Read at once, beside the next reports: the holder may end soon.
+        let (monitor, sql, shared) = (Arc::clone(&monitor), Arc::clone(&sql), Arc::clone(&shared));
+        let waited = format!("{} (waiting)", what.split(" on ").nth(1).unwrap_or(""));
+        reading.spawn(async move {
+            let sessions = match monitor.query(sql.as_str(), &[&report.pid, &xid]).await {
+                Ok(rows) => {
+                    let names = lock(&shared).sessions.clone();
+                    rows.iter()
+                        .map(|row| {
+                            let pid: i32 = row.get(0);
+                            let state: Option<String> = row.get(1);
+                            let query: Option<String> = row.get(2);
+                            let locks = row.get::<_, Option<String>>(3).unwrap_or_default();
+                            let who = names.get(&pid).map_or_else(
+                                || "a session the test does not watch".to_owned(),
+                                |(name, _)| format!("session {name}"),
+                            );
+                            let part = if pid != report.pid {
+                                "holder"
+                            } else if locks.contains(&waited) {
+                                "waiter"
+                            } else {
+                                "waiter (no longer waiting when read)"
+                            };
+                            format!(
+                                "{part}: {who} (pid {pid}, {}) running: {}\n      pg_locks: {}",
+                                state.unwrap_or_default(),
+                                query.unwrap_or_default(),
+                                if locks.is_empty() { "-" } else { &locks }
+                            )
+                        })
+                        .collect()
+                }
+                Err(e) => vec![format!("reading pg_locks failed: {}", describe_error(&e))],
+            };
+            lock(&shared).waits[index].sessions = sessions;
         });
     }
 }
 
-/// Polls `pg_locks` for watched sessions that wait for a row, and cancels a
-/// [`Role::SkipsLocked`] one that has waited for `cancel_after`.
+/// Polls `pg_stat_activity` for the watched sessions' transactions (so a
+/// wait's holder can be named after it has finished), and `pg_locks` for
+/// watched sessions that wait for a row: a [`Role::SkipsLocked`] one that has
+/// waited for `cancel_after` is cancelled.
 async fn poll(
     shared: Arc<Mutex<Shared>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     cancel_after: Option<Duration>,
 ) {
-    let Some(cancel_after) = cancel_after else {
-        return;
-    };
     let monitor = monitor("pg_locks poller").await;
     let mut first_seen: BTreeMap<(i32, String), Instant> = BTreeMap::new();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let pids: Vec<i32> = lock(&shared)
-            .sessions
-            .iter()
-            .filter(|(_, (_, role))| *role == Role::SkipsLocked)
-            .map(|(pid, _)| *pid)
-            .collect();
-        let rows = monitor
+        let pids: Vec<i32> = lock(&shared).sessions.keys().copied().collect();
+        let running = monitor
             .query(
-                &format!(
-                    "SELECT l.pid, {LOCK_OBJECT} FROM pg_locks l \
-                     WHERE NOT l.granted AND l.pid = ANY($1) AND l.locktype IN ('transactionid', 'tuple')"
-                ),
+                "SELECT pid, backend_xid::text, query FROM pg_stat_activity \
+                 WHERE pid = ANY($1) AND backend_xid IS NOT NULL",
                 &[&pids],
             )
             .await
-            .unwrap_or_else(|e| panic!("reading pg_locks: {}", describe_error(&e)));
-        let now = Instant::now();
-        let waiting: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-        first_seen.retain(|key, _| waiting.contains(key));
-        for key in waiting {
-            let since = *first_seen.entry(key.clone()).or_insert(now);
-            if now.duration_since(since) >= cancel_after {
-                let _ = monitor
-                    .execute("SELECT pg_cancel_backend($1)", &[&key.0])
-                    .await;
-                first_seen.remove(&key);
-                let mut shared = lock(&shared);
-                let name = shared
-                    .sessions
-                    .get(&key.0)
-                    .map(|(name, _)| name.clone())
-                    .unwrap_or_default();
-                if let Some(wait) = shared
-                    .waits
-                    .iter_mut()
-                    .rev()
-                    .find(|w| w.waiter == name && !w.cancelled)
+            .unwrap_or_else(|e| panic!("reading pg_stat_activity: {}", describe_error(&e)));
+        {
+            let mut shared = lock(&shared);
+            for row in running {
+                let (pid, xid, query): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
+                let ran = shared
+                    .transactions
+                    .entry(xid)
+                    .or_insert_with(|| (pid, Vec::new()));
+                if !matches!(query.as_str(), "BEGIN" | "COMMIT" | "ROLLBACK")
+                    && !ran.1.contains(&query)
                 {
-                    wait.cancelled = true;
+                    ran.1.push(query);
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        if let Some(cancel_after) = cancel_after {
+            let skipping: Vec<i32> = lock(&shared)
+                .sessions
+                .iter()
+                .filter(|(_, (_, role))| *role == Role::SkipsLocked)
+                .map(|(pid, _)| *pid)
+                .collect();
+            let rows = monitor
+                .query(
+                    &format!(
+                        "SELECT l.pid, {LOCK_OBJECT} FROM pg_locks l \
+                         WHERE NOT l.granted AND l.pid = ANY($1) AND l.locktype IN ('transactionid', 'tuple')"
+                    ),
+                    &[&skipping],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("reading pg_locks: {}", describe_error(&e)));
+            let now = Instant::now();
+            let waiting: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            first_seen.retain(|key, _| waiting.contains(key));
+            for key in waiting {
+                let since = *first_seen.entry(key.clone()).or_insert(now);
+                if now.duration_since(since) >= cancel_after {
+                    let _ = monitor
+                        .execute("SELECT pg_cancel_backend($1)", &[&key.0])
+                        .await;
+                    first_seen.remove(&key);
+                    let mut shared = lock(&shared);
+                    let name = shared
+                        .sessions
+                        .get(&key.0)
+                        .map(|(name, _)| name.clone())
+                        .unwrap_or_default();
+                    if let Some(wait) = shared
+                        .waits
+                        .iter_mut()
+                        .rev()
+                        .find(|w| w.waiter == name && !w.cancelled)
+                    {
+                        wait.cancelled = true;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
     }
 }
