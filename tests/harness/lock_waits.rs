@@ -12,12 +12,16 @@
 //! monitor session reads `pg_locks` and `pg_stat_activity`: the waiter's
 //! lock rows and the holder's, and both sessions' queries.
 //!
-//! A second monitor polls `pg_locks` for waits that last: with
-//! [`LockWatch::start`]'s `cancel_after`, a watched session of
-//! [`Role::SkipsLocked`] still waiting for a row after that long is cancelled
-//! (its statement fails with SQLSTATE 57014), for tests whose sessions wait
-//! for each other outside the database (a barrier), where such a wait would
-//! never end.
+//! A second monitor polls `pg_stat_activity` every 10 ms for the watched
+//! sessions' transactions, so a holder that has finished by the time its
+//! wait is read is still named. With [`LockWatch::start`]'s `cancel_after`
+//! it also polls `pg_locks`: a watched session of [`Role::SkipsLocked`] still
+//! waiting for a row after that long is cancelled (its statement fails with
+//! SQLSTATE 57014), for tests whose sessions wait for each other outside the
+//! database (a barrier), where such a wait would never end.
+//!
+//! `log_lock_waits` and `deadlock_timeout` are superuser settings: the
+//! watched sessions connect as the harness's superuser.
 //!
 //! The monitors read the lock table only (`pg_locks` takes the lock
 //! manager's partition locks for an instant, no heavyweight lock): they
@@ -187,7 +191,7 @@ struct Report {
 }
 
 enum Message {
-    Report(Report),
+    Report(Box<Report>),
     /// Answered once every report sent before it is handled.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -250,12 +254,12 @@ impl LockWatch {
             loop {
                 match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                     Some(Ok(AsyncMessage::Notice(notice))) => {
-                        let _ = reports.send(Message::Report(Report {
+                        let _ = reports.send(Message::Report(Box::new(Report {
                             session: session.clone(),
                             role,
                             pid: pid_of_session.load(std::sync::atomic::Ordering::SeqCst),
                             notice,
-                        }));
+                        })));
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -371,7 +375,7 @@ async fn resolve(mut received: mpsc::UnboundedReceiver<Message>, shared: Arc<Mut
     ));
     while let Some(message) = received.recv().await {
         let report = match message {
-            Message::Report(report) => report,
+            Message::Report(report) => *report,
             Message::Flush(done) => {
                 while reading.join_next().await.is_some() {}
                 let _ = done.send(());
@@ -554,6 +558,6 @@ async fn poll(
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
