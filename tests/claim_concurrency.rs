@@ -306,13 +306,24 @@ where
             let mut got = Vec::new();
             for _ in 0..ROUNDS {
                 exec(&client, "BEGIN").await;
-                loop {
+                for attempt in 1.. {
                     match step(worker, Arc::clone(&client)).await {
                         Ok(result) => {
                             got.push(result);
                             break;
                         }
+                        // Cancelled by the watch: redone if it was waiting in
+                        // the update-chain step (or no longer waiting when
+                        // the cancel came); any other wait fails the test
+                        // (the watch's report says which).
                         Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                            let context = e.as_db_error().and_then(|d| d.where_()).unwrap_or("");
+                            let chain = context.contains("while locking updated version");
+                            assert!(
+                                (chain || !context.contains("while ")) && attempt < 20,
+                                "w{worker}'s step waited for another session's row ({context}), \
+                                 attempt {attempt}"
+                            );
                             redone.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             exec(&client, "ROLLBACK; BEGIN").await;
                         }
