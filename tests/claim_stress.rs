@@ -27,7 +27,7 @@ use harness::{describe_error, exec};
 use proptest::prelude::RngExt;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 use schema_gen::statements::{FromRow, Statement, jobs};
-use schema_model::{Job, QueueOpts, SchemaName};
+use schema_model::{Job, SchemaName};
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 
@@ -85,21 +85,16 @@ fn batch() -> Vec<Job> {
                 T0 - 10 + n % 7
             };
             let expiring = due_later && n % 3 == 0;
-            Job {
-                queue: "q".into(),
-                payload: b"p".to_vec(),
-                priority: if expiring { 3 } else { rng.random_range(0..3) },
-                run_at,
-                expires_at: expiring.then(|| run_at + rng.random_range(1..3)),
-                enqueued_at: T0 - 100,
-                opts: QueueOpts {
-                    visibility_timeout_s: 5,
-                    max_attempts: 3,
-                    backoff_base_s: 1,
-                    dead_letter_retention_s: 600,
-                },
-                ..Job::default()
-            }
+            let mut job = Job::new("q", b"p".to_vec());
+            job.priority = if expiring { 3 } else { rng.random_range(0..3) };
+            job.run_at = run_at;
+            job.expires_at = expiring.then(|| run_at + rng.random_range(1..3));
+            job.enqueued_at = T0 - 100;
+            job.opts.visibility_timeout_s = 5;
+            job.opts.max_attempts = 3;
+            job.opts.backoff_base_s = 1;
+            job.opts.dead_letter_retention_s = 600;
+            job
         })
         .collect()
 }
@@ -548,19 +543,14 @@ async fn reported(watch: &LockWatch, waiter: &str) {
 }
 
 fn ready_job() -> Job {
-    Job {
-        queue: "q".into(),
-        payload: b"p".to_vec(),
-        run_at: T0 - 10,
-        enqueued_at: T0 - 100,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 5,
-            backoff_base_s: 1,
-            dead_letter_retention_s: 60,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::new("q", b"p".to_vec());
+    job.run_at = T0 - 10;
+    job.enqueued_at = T0 - 100;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 5;
+    job.opts.backoff_base_s = 1;
+    job.opts.dead_letter_retention_s = 60;
+    job
 }
 
 /// The watch's other half: a wait for a row another session holds is
