@@ -2,7 +2,8 @@
 //! real server, not by their text: a claim (or promote) never hands one job
 //! to two sessions and never waits behind another session's row locks
 //! (`FOR UPDATE SKIP LOCKED`, the promise of `jobs::claim` and
-//! `jobs::promote`).
+//! `jobs::promote`), but for PostgreSQL's own update-chain wait (see
+//! `harness::lock_waits::Path::UpdateChain` and the README).
 //!
 //! Two methods:
 //!
@@ -18,7 +19,9 @@
 //!   UPDATE` of the held rows under the same setting) shows the setting does
 //!   turn a wait for those rows into that error.
 //! - **many claimers at once** over a fixed set of jobs: every job is handed
-//!   out exactly once (each returned once, each with `attempts = 1`).
+//!   out exactly once (each returned once, each with `attempts = 1`), and
+//!   every session's lock waits are watched (`harness::lock_waits`): a wait
+//!   for a held row fails the test, naming both sessions and their queries.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
