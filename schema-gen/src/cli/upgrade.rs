@@ -14,7 +14,7 @@ use super::failure::Failure;
 use super::{EXIT_DRIFT, connection, report, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
-use crate::upgrade::{self, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
+use crate::upgrade::{self, DryRun, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
 
 /// The arguments of `upgrade`.
 #[derive(Debug, Args)]
@@ -165,7 +165,7 @@ pub(super) fn run(
 }
 
 enum Done {
-    Plan(upgrade::script::DryRun),
+    Plan(DryRun),
     Ran(UpgradeOutcome),
 }
 

@@ -24,7 +24,7 @@ fn table(schema: &SchemaName) -> (Alias, SchemaVersions) {
 /// by its shape): started, expanded and contracted now, by `release`.
 ///
 /// ```
-/// use schema_gen::upgrade::record;
+/// use schema_gen::render::record;
 /// use schema_model::SchemaName;
 ///
 /// assert_eq!(
@@ -63,11 +63,12 @@ pub fn reached(schema: &SchemaName, version: u32, release: &str) -> String {
 /// re-running the script never rewrites a database's history.
 ///
 /// ```
-/// use schema_gen::upgrade::record;
+/// use schema_gen::render::record;
 /// use schema_model::SchemaName;
+/// use schema_model::history::MODEL_VERSION;
 ///
 /// let sql = record::created(&SchemaName::new("s").unwrap());
-/// assert!(sql.starts_with(r#"INSERT INTO "s"."schema_versions" ("version", "release", "started_at", "expanded_at", "contracted_at") SELECT 3, "#), "{sql}");
+/// assert!(sql.starts_with(&format!(r#"INSERT INTO "s"."schema_versions" ("version", "release", "started_at", "expanded_at", "contracted_at") SELECT {MODEL_VERSION}, "#)), "{sql}");
 /// assert!(sql.ends_with(r#"WHERE NOT EXISTS(SELECT 1 FROM "s"."schema_versions")"#), "{sql}");
 /// ```
 pub fn created(schema: &SchemaName) -> String {

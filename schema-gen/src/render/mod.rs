@@ -16,20 +16,19 @@
 //! )));
 //! ```
 
-use sea_query::{
-    Alias, Check, ColumnDef, Condition, ConditionalStatement, Expr, ExprTrait, Index,
-    IndexCreateStatement, IndexOrder, PostgresQueryBuilder, Table, TableCreateStatement,
-};
-use std::time::Duration;
+pub mod record;
+mod table;
 
 use serde::Serialize;
 
-use schema_model::{
-    CheckRule, ColumnDefault, IndexPredicate, Layout, Order, SchemaName, SchemaVersions, SqlType,
-    StorageParameter, TableModel, TableVisitor, visit_engine_family,
-};
+use schema_model::history::fingerprint;
+use schema_model::{Layout, SchemaName, SchemaVersions, TableModel, visit_engine_family};
 
-use crate::Options;
+use crate::options::Bounds;
+use crate::options::Options;
+
+use table::Renderer;
+pub use table::{create_index, create_indexes, create_table};
 
 /// What a bootstrap statement creates or documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -163,7 +162,7 @@ fn family_statements(schema: &SchemaName) -> Vec<Statement> {
     renderer.statements.push(Statement {
         kind: StatementKind::RecordVersion,
         object: SchemaVersions::table_name(),
-        sql: crate::upgrade::record::created(schema),
+        sql: record::created(schema),
     });
     renderer.statements
 }
@@ -172,9 +171,46 @@ fn family_statements(schema: &SchemaName) -> Vec<Statement> {
 pub const SCHEMA_DOC: &str =
     "alkstore engine-owned schema; created and verified by schema-gen from schema-model.";
 
-/// The transaction-scoped advisory lock key that serialises bootstraps of one
-/// schema name (FNV-1a over a fixed prefix and the name, so the printed
-/// script and the library take the same lock).
+/// What an advisory lock of the product serialises, per schema name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvisoryLock {
+    /// Bootstraps and printed scripts of one schema take turns
+    /// (transaction-scoped).
+    Bootstrap,
+    /// One upgrade of a schema runs at a time (session-scoped).
+    Upgrade,
+}
+
+impl AdvisoryLock {
+    /// The prefix hashed before the schema name, so the two locks of one
+    /// schema never share a key.
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Bootstrap => "alkstore-schema bootstrap:",
+            Self::Upgrade => "alkstore-schema upgrade:",
+        }
+    }
+
+    /// The lock's key for `schema`: FNV-1a over the prefix and the name
+    /// ([`fingerprint`], the one FNV of the workspace), so the printed
+    /// script and the library take the same lock.
+    ///
+    /// ```
+    /// use schema_gen::render::AdvisoryLock;
+    /// use schema_model::SchemaName;
+    ///
+    /// let a = SchemaName::new("a").unwrap();
+    /// assert_ne!(AdvisoryLock::Bootstrap.key(&a), AdvisoryLock::Upgrade.key(&a));
+    /// assert_eq!(AdvisoryLock::Bootstrap.key(&a), AdvisoryLock::Bootstrap.key(&a));
+    /// ```
+    pub fn key(self, schema: &SchemaName) -> i64 {
+        let hash = fingerprint(&format!("{}{}", self.prefix(), schema.as_str()));
+        i64::from_ne_bytes(hash.to_ne_bytes())
+    }
+}
+
+/// The key of the transaction-scoped advisory lock that serialises
+/// bootstraps of one schema name ([`AdvisoryLock::Bootstrap`]).
 ///
 /// ```
 /// use schema_gen::render::advisory_lock_key;
@@ -185,15 +221,7 @@ pub const SCHEMA_DOC: &str =
 /// assert_eq!(a, advisory_lock_key(&SchemaName::new("a").unwrap()));
 /// ```
 pub fn advisory_lock_key(schema: &SchemaName) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in "alkstore-schema bootstrap:"
-        .bytes()
-        .chain(schema.as_str().bytes())
-    {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    i64::from_ne_bytes(hash.to_ne_bytes())
+    AdvisoryLock::Bootstrap.key(schema)
 }
 
 /// The statement that takes the bootstrap's advisory lock; it must run first
@@ -205,10 +233,8 @@ pub fn advisory_lock_statement(schema: &SchemaName) -> String {
     )
 }
 
-/// The default bound of every lock wait: of the printed script, of the
-/// creating transaction and of the steady-state catalog read
-/// ([`Options::default`](crate::Options)).
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound of every lock wait ([`crate::options::DEFAULT_LOCK_TIMEOUT`]).
+pub use crate::options::DEFAULT_LOCK_TIMEOUT;
 
 /// The statement that bounds every lock wait of the printed script to
 /// [`DEFAULT_LOCK_TIMEOUT`]; it must run first, before the advisory lock.
@@ -220,10 +246,7 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// );
 /// ```
 pub fn lock_timeout_statement() -> String {
-    format!(
-        "SET LOCAL lock_timeout = '{}'",
-        Options::default().lock_timeout_setting()
-    )
+    Bounds::lock_only(DEFAULT_LOCK_TIMEOUT).set_local()
 }
 
 /// The statements that bound the current transaction (an explicit one, or
@@ -243,11 +266,7 @@ pub fn lock_timeout_statement() -> String {
 /// );
 /// ```
 pub fn bounds_statement(options: &Options) -> String {
-    format!(
-        "SET LOCAL lock_timeout = '{}'; SET LOCAL statement_timeout = '{}'",
-        options.lock_timeout_setting(),
-        options.statement_timeout_setting()
-    )
+    options.bounds().set_local()
 }
 
 /// The table access method every engine table is created with, spelled out
@@ -299,180 +318,6 @@ pub fn script_for(schema: &SchemaName, layout: Layout) -> String {
     out
 }
 
-struct Renderer {
-    schema: SchemaName,
-    statements: Vec<Statement>,
-}
-
-impl TableVisitor for Renderer {
-    fn visit<T: TableModel>(&mut self) {
-        let table = T::table_name();
-        self.statements.push(Statement {
-            kind: StatementKind::CreateTable,
-            object: table.clone(),
-            sql: one_clause_per_line(
-                &create_table::<T>(&self.schema).to_string(PostgresQueryBuilder),
-            ) + " USING "
-                + TABLE_ACCESS_METHOD
-                + &storage_clause::<T>(),
-        });
-        for (name, index) in create_indexes::<T>(&self.schema) {
-            self.statements.push(Statement {
-                kind: StatementKind::CreateIndex,
-                object: name.to_owned(),
-                sql: index.to_string(PostgresQueryBuilder),
-            });
-        }
-        let qualified = format!(
-            "{}.{}",
-            quote_ident(self.schema.as_str()),
-            quote_ident(&table)
-        );
-        self.statements.push(Statement {
-            kind: StatementKind::Comment,
-            object: table.clone(),
-            sql: format!("COMMENT ON TABLE {qualified} IS {}", quote_literal(T::DOC)),
-        });
-        for (variant, column) in T::columns() {
-            let name = variant.to_string();
-            self.statements.push(Statement {
-                kind: StatementKind::Comment,
-                object: format!("{table}.{name}"),
-                sql: format!(
-                    "COMMENT ON COLUMN {qualified}.{} IS {}",
-                    quote_ident(&name),
-                    quote_literal(column.doc)
-                ),
-            });
-        }
-    }
-}
-
-fn table_ref<T: TableModel>(schema: &SchemaName) -> (Alias, T) {
-    (Alias::new(schema.as_str()), T::TABLE)
-}
-
-/// ` WITH (name=value, ...)`, or nothing when the table declares no storage
-/// parameters.
-fn storage_clause<T: TableModel>() -> String {
-    let parameters: Vec<String> = T::storage_parameters()
-        .into_iter()
-        .map(StorageParameter::reloption)
-        .collect();
-    if parameters.is_empty() {
-        String::new()
-    } else {
-        format!(" WITH ({})", parameters.join(", "))
-    }
-}
-
-/// The `CREATE TABLE IF NOT EXISTS` statement of one table, without its
-/// access method and storage parameters (sea-query expresses neither `USING`
-/// nor `WITH (...)` for PostgreSQL; the bootstrap statement appends them).
-pub fn create_table<T: TableModel>(schema: &SchemaName) -> TableCreateStatement {
-    let mut create = Table::create();
-    create.table(table_ref::<T>(schema)).if_not_exists();
-    for (variant, column) in T::columns() {
-        let mut def = ColumnDef::new(variant);
-        match column.sql_type {
-            SqlType::BigInt => def.big_integer(),
-            SqlType::Integer => def.integer(),
-            SqlType::Text => def.text(),
-            SqlType::Bytea => def.binary(),
-            SqlType::Boolean => def.boolean(),
-            SqlType::Xid8 => def.custom(Alias::new("xid8")),
-        };
-        if column.nullable {
-            def.null();
-        } else {
-            def.not_null();
-        }
-        match column.default {
-            None => {}
-            Some(ColumnDefault::IdentityAlways) => {
-                def.extra("GENERATED ALWAYS AS IDENTITY");
-            }
-            Some(ColumnDefault::CurrentTransactionId) => {
-                def.default(Expr::cust("pg_current_xact_id()"));
-            }
-            Some(ColumnDefault::GeneratedSum(a, b)) => {
-                def.generated(Expr::col(a).add(Expr::col(b)), true);
-            }
-        }
-        create.col(&mut def);
-    }
-    let mut primary_key = Index::create();
-    for column in T::primary_key() {
-        primary_key.col(column);
-    }
-    create.primary_key(&mut primary_key);
-    for check in T::checks() {
-        create.check(Check::named(check.name, check_expr(&check.rule)));
-    }
-    create
-}
-
-fn check_expr<C: TableModel>(rule: &CheckRule<C>) -> Expr {
-    match rule {
-        CheckRule::NotEmpty(c) => Expr::col(*c).ne(""),
-        CheckRule::AtLeast(c, n) => Expr::col(*c).gte(*n),
-        CheckRule::Positive(c) => Expr::col(*c).gt(0),
-        CheckRule::NullTogether(columns) => {
-            let mut all_null = Condition::all();
-            let mut all_set = Condition::all();
-            for c in columns {
-                all_null = all_null.add(Expr::col(*c).is_null());
-                all_set = all_set.add(Expr::col(*c).is_not_null());
-            }
-            Condition::any().add(all_null).add(all_set).into()
-        }
-        CheckRule::SetOnlyIf { column, flag } => Condition::any()
-            .add(Expr::col(*column).is_null())
-            .add(Expr::col(*flag))
-            .into(),
-        CheckRule::NotBefore { later, earlier } => Expr::col(*later).gte(Expr::col(*earlier)),
-    }
-}
-
-/// The conditions of a partial index, each added with `and_where`.
-fn index_conditions<C: TableModel>(predicate: IndexPredicate<C>) -> Vec<Expr> {
-    match predicate {
-        IndexPredicate::IsNull(c) => vec![Expr::col(c).is_null()],
-        IndexPredicate::IsNotNull(c) => vec![Expr::col(c).is_not_null()],
-        IndexPredicate::IsTrue(c) => vec![Expr::col(c)],
-        IndexPredicate::IsFalse(c) => vec![Expr::col(c).not()],
-        IndexPredicate::All(conditions) => {
-            conditions.into_iter().flat_map(index_conditions).collect()
-        }
-    }
-}
-
-/// The `CREATE INDEX IF NOT EXISTS` statements of one table, with their names.
-pub fn create_indexes<T: TableModel>(
-    schema: &SchemaName,
-) -> Vec<(&'static str, IndexCreateStatement)> {
-    T::indexes()
-        .into_iter()
-        .map(|index| {
-            let mut create = Index::create();
-            create
-                .if_not_exists()
-                .name(index.name)
-                .table(table_ref::<T>(schema));
-            for (column, order) in index.keys {
-                match order {
-                    Order::Asc => create.col(column),
-                    Order::Desc => create.col((column, IndexOrder::Desc)),
-                };
-            }
-            for condition in index.predicate.map(index_conditions).unwrap_or_default() {
-                create.and_where(condition);
-            }
-            (index.name, create)
-        })
-        .collect()
-}
-
 /// `VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE)` of a table of
 /// `schema`: the engine's maintenance step
 /// ([`jobs::vacuum`](crate::statements::jobs::vacuum), whose docs give the
@@ -510,85 +355,4 @@ pub fn quote_ident(name: &str) -> String {
 /// ```
 pub fn quote_literal(text: &str) -> String {
     postgres_protocol::escape::escape_literal(text)
-}
-
-/// Puts each column and constraint of a one-line `CREATE TABLE` on its own
-/// line. Only whitespace outside quotes changes, so the statement means
-/// exactly what sea-query rendered.
-fn one_clause_per_line(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 256);
-    let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), _) if c == q => {
-                quote = None;
-                out.push(c);
-            }
-            (Some(_), _) => out.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                out.push(c);
-            }
-            (None, '(') => {
-                depth += 1;
-                out.push(c);
-                if depth == 1 {
-                    out.push_str("\n    ");
-                    skip_spaces(&mut chars);
-                }
-            }
-            (None, ')') => {
-                if depth == 1 {
-                    while out.ends_with(' ') {
-                        out.pop();
-                    }
-                    out.push('\n');
-                }
-                depth = depth.saturating_sub(1);
-                out.push(c);
-            }
-            (None, ',') if depth == 1 => {
-                out.push_str(",\n    ");
-                skip_spaces(&mut chars);
-            }
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
-fn skip_spaces(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
-    while chars.next_if_eq(&' ').is_some() {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn words(sql: &str) -> String {
-        sql.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
-    #[test]
-    fn line_breaks_change_only_whitespace() {
-        let schema = SchemaName::default();
-        let raw = create_table::<schema_model::Jobs>(&schema).to_string(PostgresQueryBuilder);
-        let pretty = one_clause_per_line(&raw);
-        assert_eq!(
-            words(&pretty).replace("( ", "(").replace(" )", ")"),
-            words(&raw).replace("( ", "(").replace(" )", ")")
-        );
-        assert!(pretty.lines().count() > 10, "{pretty}");
-    }
-
-    #[test]
-    fn quotes_inside_literals_do_not_break_lines() {
-        let sql = r#"CREATE TABLE "t" ( "a" text, CONSTRAINT "c" CHECK ("a" <> ',(') )"#;
-        assert_eq!(
-            one_clause_per_line(sql),
-            "CREATE TABLE \"t\" (\n    \"a\" text,\n    CONSTRAINT \"c\" CHECK (\"a\" <> ',(')\n)"
-        );
-    }
 }

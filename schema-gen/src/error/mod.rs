@@ -1,36 +1,74 @@
-//! The one error type of bootstrap, verification and the database commands:
-//! an [`Error`] wrapping an [`ErrorKind`], so callers can match on what went
-//! wrong while the type stays small and can grow without breaking them.
+//! The one error type of bootstrap, verification, upgrades and the
+//! database commands: an [`Error`] wrapping an [`ErrorKind`], so callers can
+//! match on what went wrong while the type stays small and can grow without
+//! breaking them, and carrying what an upgrade had done before it failed
+//! ([`Done`]).
 //!
 //! Every message says what is wrong and what to do about it, on one line, so
-//! the CLI can print it as is and an engine can log it.
+//! the CLI can print it as is and an engine can log it. Every kind has its
+//! name ([`ErrorKind::name`]): the JSON `kind` of the CLI.
+
+mod classify;
+mod lock;
 
 use std::fmt;
 use std::time::Duration;
 
 use schema_model::SchemaName;
-use serde::{Deserialize, Serialize};
-use tokio_postgres::error::SqlState;
+use serde::Serialize;
 
 use crate::difference::Difference;
 use crate::options::duration_words;
+use lock::lock_timeout_message;
 
-/// Why bootstrap, verification or a database command failed.
+#[cfg(feature = "connect")]
+pub(crate) use classify::detail;
+pub(crate) use classify::{Context, Step, classify, one_line};
+pub use lock::{LockHolder, LockTarget};
+
+/// Why bootstrap, verification, an upgrade or a database command failed.
 ///
 /// ```
 /// use schema_gen::error::{Error, ErrorKind};
 ///
-/// let err = Error::from(ErrorKind::Other {
+/// let err = Error::from(ErrorKind::Configuration {
 ///     message: "the database URL is not valid".to_owned(),
 /// });
-/// assert!(matches!(err.kind(), ErrorKind::Other { .. }));
+/// assert!(matches!(err.kind(), ErrorKind::Configuration { .. }));
+/// assert_eq!(err.kind().name(), "configuration");
 /// assert!(err.differences().is_empty());
+/// assert!(err.done().is_none());
 /// ```
 #[derive(Debug)]
 pub struct Error {
     // Boxed: the kinds carry strings and a source, and `Result<_, Error>` is
     // returned on every path.
     kind: Box<ErrorKind>,
+    done: Option<Done>,
+}
+
+/// What an upgrade (or a contract) had done when it failed: the work that
+/// stays done, and that a rerun skips. Like a migration tool's report, it
+/// comes with the error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Done {
+    /// Steps that ran to the end.
+    pub steps_run: usize,
+    /// Steps found already done and skipped.
+    pub steps_skipped: usize,
+    /// Backfill batches committed (each its own transaction).
+    pub batches: u64,
+    /// Rows those batches changed.
+    pub rows: u64,
+    /// Version phases recorded done (`expanded_at`, `contracted_at`).
+    pub recorded: usize,
+}
+
+impl Done {
+    /// Whether anything was changed.
+    pub fn changed_anything(&self) -> bool {
+        self.steps_run > 0 || self.batches > 0 || self.recorded > 0
+    }
 }
 
 /// What went wrong; see [`Error::kind`].
@@ -46,7 +84,7 @@ pub enum ErrorKind {
         #[source]
         source: Option<tokio_postgres::Error>,
     },
-    /// The role lacks a privilege that the step needs.
+    /// The role lacks a privilege that the step needs. Nothing was changed.
     #[error(
         "role {role} lacks {privilege} (PostgreSQL said: {detail}): grant it, or have a DBA \
          apply the schema once with `schema-gen sql --schema {schema} | psql -v ON_ERROR_STOP=1`; \
@@ -261,13 +299,131 @@ pub enum ErrorKind {
         /// What the server is, and what to do; says nothing was changed.
         reason: String,
     },
-    /// Anything else (an unparsable database URL, a reply that could not be
-    /// decoded, a bug in schema-gen).
+    /// The connection cannot be configured (the connection string, a `PG*`
+    /// variable, the service file, a TLS file): nothing was sent.
     #[error("{message}")]
-    Other {
+    Configuration {
         /// The whole one-line message.
         message: String,
     },
+    /// The server's reply could not be decoded: a defect of schema-gen, a
+    /// PostgreSQL version whose catalog it does not know, or a proxy that
+    /// drops rows.
+    #[error(
+        "decoding {what}: {detail} (a bug in schema-gen, a PostgreSQL version whose catalog it does not know, or a proxy that drops rows); nothing was changed"
+    )]
+    UndecodableReply {
+        /// What was read: `the catalog of schema alk`.
+        what: String,
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// The schema's `schema_versions` rows are no upgrade this release can
+    /// follow (no contracted version, a version contracted before it
+    /// expanded, an expand skipped, a version older than any this release
+    /// knows). Nothing was changed.
+    #[error(
+        "schema {schema}: its schema_versions rows are no upgrade this release can follow (a \
+         version contracted before it expanded, an expand skipped, or a version this release \
+         does not know); nothing was changed: compare them with `SELECT * FROM \
+         {schema}.schema_versions`"
+    )]
+    InconsistentVersions {
+        /// The engine schema.
+        schema: SchemaName,
+    },
+    /// Another session changed the schema between bootstrap's first read and
+    /// its lock, and left it incomplete. Rolled back: nothing was changed.
+    #[error(
+        "schema {schema} changed while it was being bootstrapped, and is still incomplete: \
+         nothing was changed; run the bootstrap again"
+    )]
+    ConcurrentChange {
+        /// The engine schema.
+        schema: SchemaName,
+    },
+    /// An upgrade step waited, without queueing anyone, for another session
+    /// to release a lock stronger than the engine's on its table, for its
+    /// whole long bound. Nothing of the step was done.
+    #[error(
+        "gave up after {} {doing}: {holder}, and held it all that time; nothing of this step \
+         was done: run the upgrade again once it is gone, or end it with SELECT \
+         pg_cancel_backend({})",
+        duration_words(*waited),
+        holder.pid
+    )]
+    Blocked {
+        /// What the step was doing.
+        doing: String,
+        /// The session it waited for.
+        holder: LockHolder,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The upgrade steps ran, but the catalog is not the shape they should
+    /// make: something in the database changes objects as they are altered
+    /// (an event trigger?), or another session changed them meanwhile. What
+    /// ran stays done ([`Error::done`]).
+    #[error("{}", upgrade_differs_message(schema, differences))]
+    UpgradeDiffers {
+        /// The engine schema.
+        schema: SchemaName,
+        /// How the catalog differs from the shape the steps should make
+        /// (empty when the recorded versions do not say where it stands).
+        differences: Vec<Difference>,
+    },
+    /// A defect of this release: a shipped version that cannot be described
+    /// or planned, or a plan the history lacks. Its tests rule this out;
+    /// nothing was changed.
+    #[error("{message} (a defect of this release: please report it); nothing was changed")]
+    Defect {
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ErrorKind {
+    /// The kind's name in snake case: the CLI's JSON `kind`, which the
+    /// README lists.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Connection { .. } => "connection",
+            Self::Privilege { .. } => "privilege",
+            Self::Drift { .. } => "drift",
+            Self::CreatedDiffers { .. } => "created_differs",
+            Self::LockTimeout { .. } => "lock_timeout",
+            Self::StatementPooling { .. } => "statement_pooling",
+            Self::Query { .. } => "query",
+            Self::OlderVersion { .. } => "older_version",
+            Self::NewerVersion { .. } => "newer_version",
+            Self::UpgradeInProgress { .. } => "upgrade_in_progress",
+            Self::ContractFirst { .. } => "contract_first",
+            Self::NotExpanded { .. } => "not_expanded",
+            Self::UpgradeLocked { .. } => "upgrade_locked",
+            Self::VersionsUnreadable { .. } => "versions_unreadable",
+            Self::Layout { .. } => "layout",
+            Self::Configuration { .. } => "configuration",
+            Self::UndecodableReply { .. } => "undecodable_reply",
+            Self::InconsistentVersions { .. } => "inconsistent_versions",
+            Self::ConcurrentChange { .. } => "concurrent_change",
+            Self::Blocked { .. } => "blocked",
+            Self::UpgradeDiffers { .. } => "upgrade_differs",
+            Self::Defect { .. } => "defect",
+        }
+    }
+
+    /// The driver's error behind the kind, when there is one (its SQLSTATE
+    /// is the server's error code).
+    pub fn driver_error(&self) -> Option<&tokio_postgres::Error> {
+        match self {
+            Self::Connection { source, .. } => source.as_ref(),
+            Self::Privilege { source, .. }
+            | Self::LockTimeout { source, .. }
+            | Self::StatementPooling { source, .. }
+            | Self::Query { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 impl Error {
@@ -281,12 +437,25 @@ impl Error {
         *self.kind
     }
 
-    /// The differences of a [`ErrorKind::Drift`] or
-    /// [`ErrorKind::CreatedDiffers`], empty for every other kind.
+    /// What an upgrade or a contract had done before it failed (`None` for
+    /// bootstrap and verification, which change nothing when they fail).
+    pub fn done(&self) -> Option<&Done> {
+        self.done.as_ref()
+    }
+
+    /// The same error, with what was done before it.
+    pub(crate) fn with_done(mut self, done: Done) -> Self {
+        self.done = Some(done);
+        self
+    }
+
+    /// The differences of a [`ErrorKind::Drift`], [`ErrorKind::CreatedDiffers`]
+    /// or [`ErrorKind::UpgradeDiffers`], empty for every other kind.
     pub fn differences(&self) -> &[Difference] {
         match &*self.kind {
             ErrorKind::Drift { differences, .. }
-            | ErrorKind::CreatedDiffers { differences, .. } => differences,
+            | ErrorKind::CreatedDiffers { differences, .. }
+            | ErrorKind::UpgradeDiffers { differences, .. } => differences,
             _ => &[],
         }
     }
@@ -307,192 +476,20 @@ impl Error {
         }
         self
     }
-}
 
-/// What a lock wait was for, so that the sessions holding it can be found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockTarget {
-    /// A relation of the schema: the catalog read takes `ACCESS SHARE` on
-    /// each table, which only `ACCESS EXCLUSIVE` (held or queued) blocks.
-    SchemaRelations {
-        /// The engine schema.
-        schema: SchemaName,
-    },
-    /// A table (or index) of the schema that an upgrade step locks: any
-    /// lock another session holds on it, or has queued for, conflicts.
-    Relation {
-        /// The engine schema.
-        schema: SchemaName,
-        /// The table or index.
-        name: String,
-    },
-    /// The bootstrap's advisory lock
-    /// ([`render::advisory_lock_key`](crate::render::advisory_lock_key)).
-    Advisory {
-        /// The engine schema.
-        schema: SchemaName,
-        /// The lock's key.
-        key: i64,
-    },
-}
-
-/// A session that held, or was queued ahead for, a lock a step gave up
-/// waiting for, from `pg_locks` and `pg_stat_activity`. What
-/// `pg_stat_activity` hides from a role (another role's state and query,
-/// without `pg_read_all_stats`) is `None`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockHolder {
-    /// Its backend pid (`pg_terminate_backend(pid)` ends it).
-    pub pid: i32,
-    /// The lock mode, as `pg_locks` names it (`AccessExclusiveLock`).
-    pub mode: String,
-    /// Whether it holds the lock (false: it is queued for it, ahead of us).
-    pub granted: bool,
-    /// The relation, qualified, for a relation lock.
-    pub relation: Option<String>,
-    /// Its role.
-    pub role: Option<String>,
-    /// Its `application_name`.
-    pub application: Option<String>,
-    /// `active`, `idle in transaction`, ...
-    pub state: Option<String>,
-    /// When its transaction started (UTC).
-    pub since: Option<String>,
-    /// The start of its current or last query.
-    pub query: Option<String>,
-    /// For a queued session: the sessions it waits behind.
-    pub blocked_by: Option<Vec<i32>>,
-}
-
-impl LockHolder {
-    /// `ACCESS EXCLUSIVE` for `AccessExclusiveLock`.
-    fn mode_words(&self) -> String {
-        let name = self.mode.strip_suffix("Lock").unwrap_or(&self.mode);
-        let mut out = String::new();
-        for c in name.chars() {
-            if c.is_uppercase() && !out.is_empty() {
-                out.push(' ');
-            }
-            out.push(c.to_ascii_uppercase());
-        }
-        out
+    /// Whether this is a [`ErrorKind::Privilege`] whose role is not known
+    /// yet (the failure came before the catalog named it).
+    pub(crate) fn lacks_role(&self) -> bool {
+        matches!(&*self.kind, ErrorKind::Privilege { role, .. } if role.is_empty())
     }
-}
 
-impl fmt::Display for LockHolder {
-    /// `session 42 (role admin, application psql, idle in transaction since
-    /// ..., query `LOCK ...`) holds ACCESS EXCLUSIVE on alk.jobs`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut about = Vec::new();
-        if let Some(role) = &self.role {
-            about.push(format!("role {role}"));
+    /// The same error, naming `found` as the role of a privilege failure.
+    pub(crate) fn with_role(mut self, found: String) -> Self {
+        if let ErrorKind::Privilege { role, .. } = &mut *self.kind {
+            *role = found;
         }
-        if let Some(application) = &self.application {
-            about.push(format!("application {application:?}"));
-        }
-        match (&self.state, &self.since) {
-            (Some(state), Some(since)) => about.push(format!("{state}, transaction since {since}")),
-            (Some(state), None) => about.push(state.clone()),
-            _ => about.push(
-                "its activity is hidden from this role (pg_read_all_stats shows it)".to_owned(),
-            ),
-        }
-        if let Some(query) = &self.query {
-            about.push(format!("query `{}`", one_line(query)));
-        }
-        write!(f, "session {} ({})", self.pid, about.join(", "))?;
-        let on = self
-            .relation
-            .as_ref()
-            .map(|relation| format!(" on {relation}"))
-            .unwrap_or_default();
-        if self.granted {
-            write!(f, " holds {}{on}", self.mode_words())
-        } else {
-            let behind: Vec<String> = self
-                .blocked_by
-                .iter()
-                .flatten()
-                .map(|pid| pid.to_string())
-                .collect();
-            write!(f, " is queued for {}{on}", self.mode_words())?;
-            if behind.is_empty() {
-                Ok(())
-            } else {
-                write!(f, " behind session {}", behind.join(", "))
-            }
-        }
+        self
     }
-}
-
-fn lock_timeout_message(kind: &ErrorKind) -> String {
-    let ErrorKind::LockTimeout {
-        doing,
-        waiting_for,
-        target,
-        holders,
-        timeout,
-        in_transaction,
-        ..
-    } = kind
-    else {
-        return String::new();
-    };
-    let mut relations: Vec<&str> = holders
-        .iter()
-        .filter_map(|h| h.relation.as_deref())
-        .collect();
-    relations.dedup();
-    let what = match target {
-        Some(LockTarget::SchemaRelations { .. }) if !relations.is_empty() => {
-            format!("ACCESS SHARE on {}", relations.join(" and "))
-        }
-        _ => waiting_for.clone(),
-    };
-    let mut text = format!(
-        "gave up after {} (lock_timeout) {doing}: waiting for {what}",
-        duration_words(*timeout)
-    );
-    if !holders.is_empty() {
-        let list: Vec<String> = holders.iter().map(ToString::to_string).collect();
-        text.push_str(&format!("; {}", list.join("; ")));
-    } else if target.is_some() {
-        text.push_str(
-            "; no other session held or awaited it any more when schema-gen looked, so it was \
-             released just after",
-        );
-    }
-    text.push_str("; ");
-    if *in_transaction {
-        text.push_str("the bootstrap transaction was rolled back, ");
-    }
-    text.push_str("nothing was changed: ");
-    let pids: Vec<String> = holders
-        .iter()
-        .filter(|h| h.granted)
-        .map(|h| h.pid.to_string())
-        .collect();
-    if pids.is_empty() {
-        text.push_str("retry once the lock is released");
-    } else {
-        text.push_str(&format!(
-            "retry once that session ends, or end it with SELECT pg_terminate_backend({})",
-            pids.join("), pg_terminate_backend(")
-        ));
-    }
-    text
-}
-
-fn created_differs_message(schema: &SchemaName, differences: &[Difference]) -> String {
-    let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
-    format!(
-        "the bootstrap statements for schema {schema} ran, but what they created differs from \
-         the model: {}; something in this database changes objects as they are created (an \
-         event trigger, for one: see SELECT evtname FROM pg_event_trigger), or schema-gen's SQL \
-         and model disagree (a bug); the transaction was rolled back, nothing was changed",
-        list.join("; ")
-    )
 }
 
 impl fmt::Display for Error {
@@ -511,8 +508,20 @@ impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Self {
             kind: Box::new(kind),
+            done: None,
         }
     }
+}
+
+fn created_differs_message(schema: &SchemaName, differences: &[Difference]) -> String {
+    let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
+    format!(
+        "the bootstrap statements for schema {schema} ran, but what they created differs from \
+         the model: {}; something in this database changes objects as they are created (an \
+         event trigger, for one: see SELECT evtname FROM pg_event_trigger), or schema-gen's SQL \
+         and model disagree (a bug); the transaction was rolled back, nothing was changed",
+        list.join("; ")
+    )
 }
 
 fn drift_message(schema: &SchemaName, differences: &[Difference]) -> String {
@@ -527,155 +536,22 @@ fn drift_message(schema: &SchemaName, differences: &[Difference]) -> String {
     )
 }
 
-/// What a failing step was doing, so a driver error can be worded for a DBA.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Step {
-    /// `reading the catalog of schema x`, `running CREATE TABLE ...`.
-    pub doing: String,
-    /// The privilege the step needs, if it needs one.
-    pub privilege: Option<String>,
-    /// What a lock wait in this step waits for, in words.
-    pub waiting_for: Option<String>,
-    /// What a lock wait in this step waits for, to ask PostgreSQL who holds it.
-    pub lock: Option<LockTarget>,
-    /// The `lock_timeout` in force during the step.
-    pub timeout: Option<Duration>,
-    /// Whether the step runs in the bootstrap transaction.
-    pub in_transaction: bool,
-}
-
-/// Who runs the steps and for which schema, for the wording of errors.
-#[derive(Debug, Clone)]
-pub(crate) struct Context {
-    pub role: String,
-    pub schema: SchemaName,
-}
-
-/// The server's message with its SQLSTATE, or the driver's message with its causes.
-pub(crate) fn detail(err: &tokio_postgres::Error) -> String {
-    if let Some(db) = err.as_db_error() {
-        return one_line(&format!("{} (SQLSTATE {})", db.message(), db.code().code()));
-    }
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // tokio-postgres often repeats its cause in its own message.
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    one_line(&text)
-}
-
-/// Collapses line breaks so a message stays on one line.
-pub(crate) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Whether the connection is gone: closed by the driver, an I/O error, or a
-/// server-side termination (`pg_terminate_backend`, shutdown, SQLSTATE class 08).
-pub(crate) fn is_connection_loss(err: &tokio_postgres::Error) -> bool {
-    if err.is_closed() {
-        return true;
-    }
-    match err.as_db_error() {
-        Some(db) => {
-            let code = db.code();
-            // Class 08 is "connection exception" as a whole.
-            code.code().starts_with("08")
-                || [
-                    SqlState::ADMIN_SHUTDOWN,
-                    SqlState::CRASH_SHUTDOWN,
-                    SqlState::CANNOT_CONNECT_NOW,
-                ]
-                .contains(code)
-        }
-        None => {
-            let mut source = std::error::Error::source(err);
-            while let Some(cause) = source {
-                if cause.is::<std::io::Error>() {
-                    return true;
-                }
-                source = cause.source();
-            }
-            false
-        }
-    }
-}
-
-/// Maps a driver error of `step` to the kind a DBA can act on: SQLSTATE
-/// 42501 to [`ErrorKind::Privilege`], 55P03 to [`ErrorKind::LockTimeout`], a
-/// lost connection to [`ErrorKind::Connection`], anything else to
-/// [`ErrorKind::Query`].
-pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Context) -> Error {
-    let code = err.code().cloned();
-    let kind = if is_statement_pooling(&err) {
-        ErrorKind::StatementPooling {
-            doing: step.doing.clone(),
-            detail: detail(&err),
-            source: err,
-        }
-    } else if is_connection_loss(&err) {
-        let committed = if step.in_transaction {
-            "nothing was committed (bootstrap runs in one transaction)"
-        } else {
-            "nothing was changed"
-        };
-        ErrorKind::Connection {
-            message: format!(
-                "lost the connection to PostgreSQL while {}: {}; {committed}, so it is safe to \
-                 retry",
-                step.doing,
-                detail(&err)
-            ),
-            source: Some(err),
-        }
-    } else if code == Some(SqlState::INSUFFICIENT_PRIVILEGE) {
-        ErrorKind::Privilege {
-            role: context.role.clone(),
-            privilege: step
-                .privilege
-                .clone()
-                .unwrap_or_else(|| format!("a privilege needed for {}", step.doing)),
-            schema: context.schema.clone(),
-            detail: err
-                .as_db_error()
-                .map(|db| one_line(db.message()))
-                .unwrap_or_else(|| detail(&err)),
-            source: err,
-        }
-    } else if code == Some(SqlState::LOCK_NOT_AVAILABLE) {
-        ErrorKind::LockTimeout {
-            doing: step.doing.clone(),
-            waiting_for: step
-                .waiting_for
-                .clone()
-                .unwrap_or_else(|| "a lock".to_owned()),
-            target: step.lock.clone(),
-            holders: Vec::new(),
-            timeout: step.timeout.unwrap_or(crate::render::DEFAULT_LOCK_TIMEOUT),
-            in_transaction: step.in_transaction,
-            source: err,
-        }
+fn upgrade_differs_message(schema: &SchemaName, differences: &[Difference]) -> String {
+    let found = if differences.is_empty() {
+        "the recorded versions do not say where it stands".to_owned()
     } else {
-        ErrorKind::Query {
-            doing: step.doing.clone(),
-            detail: detail(&err),
-            source: err,
-        }
+        differences
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
     };
-    kind.into()
-}
-
-/// pgbouncer's refusal of a transaction in statement pooling mode (`FATAL:
-/// transaction blocks not allowed in statement pooling mode`, SQLSTATE
-/// 08P01): it comes as a connection error, but retrying cannot help.
-pub(crate) fn is_statement_pooling(err: &tokio_postgres::Error) -> bool {
-    err.as_db_error()
-        .is_some_and(|db| db.message().contains("statement pooling mode"))
+    format!(
+        "the upgrade steps of schema {schema} ran, but the catalog is not the shape they should \
+         make: {found}; something in this database changes objects as they are altered (an \
+         event trigger?), or another session changed them meanwhile; what ran stays done: check \
+         the differences with `schema-gen check --schema {schema}`"
+    )
 }
 
 #[cfg(test)]
@@ -709,7 +585,37 @@ mod tests {
     }
 
     #[test]
-    fn one_line_collapses_breaks() {
-        assert_eq!(one_line("a\n  b\tc "), "a b c");
+    fn every_message_is_one_line_and_every_kind_has_a_name() {
+        let schema = SchemaName::new("alk").unwrap();
+        let kinds = [
+            ErrorKind::Configuration {
+                message: "m".into(),
+            },
+            ErrorKind::UndecodableReply {
+                what: "the catalog of schema alk".into(),
+                detail: "no row".into(),
+            },
+            ErrorKind::InconsistentVersions {
+                schema: schema.clone(),
+            },
+            ErrorKind::ConcurrentChange {
+                schema: schema.clone(),
+            },
+            ErrorKind::UpgradeDiffers {
+                schema: schema.clone(),
+                differences: vec![],
+            },
+            ErrorKind::Defect {
+                message: "m".into(),
+            },
+        ];
+        for kind in kinds {
+            let name = kind.name();
+            let text = Error::from(kind).to_string();
+            assert!(
+                !text.contains('\n') && !text.contains("  "),
+                "{name}: {text}"
+            );
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! The SQL of each upgrade step, for a schema name.
+//! The SQL of each upgrade step, for a schema name, and how it is sent
+//! ([`Work`]): the one text the executor runs and the dry run prints.
 //!
 //! Names are quoted with [`render::quote_ident`]; definitions (a column's
 //! type, an index from `USING` on, a `CHECK (...)`) are the target version's
@@ -15,21 +16,33 @@ use sea_query::{
 use sea_query_postgres::{PostgresBinder, PostgresValues};
 
 use schema_model::SchemaName;
-use schema_model::history::{Backfill, Condition, MODEL_VERSION, SchemaVersion};
+use schema_model::history::{Backfill, Condition, SchemaVersion};
 
 use crate::render::{self, StatementKind, quote_ident, quote_literal};
 
-use super::plan::{Action, Step};
+use super::step::{Action, Step};
 
-/// How a step's SQL runs.
+/// A step's SQL, by how it is sent.
 #[derive(Debug, Clone, PartialEq)]
-pub enum StepSql {
-    /// In one transaction, under the lock bound.
+pub enum Work {
+    /// In one transaction.
     Transaction(Vec<String>),
     /// Alone, outside any transaction block (`CONCURRENTLY`).
-    Alone(String),
-    /// The batch statement of a backfill, run once per window of keys.
-    Batches(BatchStatement),
+    Alone {
+        /// The statement.
+        statement: String,
+        /// The index it builds, whose invalid leftover (of a build that was
+        /// interrupted) is dropped first ([`drop_index`]).
+        rebuilds: Option<String>,
+    },
+    /// A backfill: its batch statement, run once per window of keys, each
+    /// window its own transaction; then the vacuum of the table, alone.
+    Batches {
+        /// The batch statement.
+        batch: BatchStatement,
+        /// The vacuum that follows batches that changed rows.
+        vacuum: String,
+    },
 }
 
 /// A backfill's statement: `$1` and `$2` are the window of keys (`>= $1`,
@@ -72,12 +85,11 @@ fn qualified(schema: &SchemaName, table: &str) -> String {
 
 /// The SQL of `step` for `schema`; `target` is the version the step moves
 /// to (where a new table's statements come from).
-pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> StepSql {
+pub fn work(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Work {
     let table = qualified(schema, &step.table);
-    let alter =
-        |clause: String| StepSql::Transaction(vec![format!("ALTER TABLE {table} {clause}")]);
+    let alter = |clause: String| Work::Transaction(vec![format!("ALTER TABLE {table} {clause}")]);
     match &step.action {
-        Action::CreateTable => StepSql::Transaction(table_statements(target, schema, &step.table)),
+        Action::CreateTable => Work::Transaction(table_statements(target, schema, &step.table)),
         Action::AddColumn {
             column,
             transitional_default,
@@ -93,7 +105,7 @@ pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Ste
             if let Some(default) = transitional_default.as_ref().or(column.default.as_ref()) {
                 clause.push_str(&format!(" DEFAULT {default}"));
             }
-            StepSql::Transaction(vec![
+            Work::Transaction(vec![
                 format!("ALTER TABLE {table} {clause}"),
                 format!(
                     "COMMENT ON COLUMN {table}.{} IS {}",
@@ -123,36 +135,42 @@ pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Ste
             if !reset.is_empty() {
                 statements.push(format!("ALTER TABLE {table} RESET ({})", reset.join(", ")));
             }
-            StepSql::Transaction(statements)
+            Work::Transaction(statements)
         }
-        Action::Comment { column: None, doc } => StepSql::Transaction(vec![format!(
+        Action::Comment { column: None, doc } => Work::Transaction(vec![format!(
             "COMMENT ON TABLE {table} IS {}",
             quote_literal(doc)
         )]),
         Action::Comment {
             column: Some(column),
             doc,
-        } => StepSql::Transaction(vec![format!(
+        } => Work::Transaction(vec![format!(
             "COMMENT ON COLUMN {table}.{} IS {}",
             quote_ident(column),
             quote_literal(doc)
         )]),
-        Action::Backfill { backfill } => StepSql::Batches(batch_statement(schema, backfill)),
+        Action::Backfill { backfill } => Work::Batches {
+            batch: batch_statement(schema, backfill),
+            vacuum: render::vacuum_statement(schema, backfill.table),
+        },
         Action::CreateIndex { index, definition } => {
             let (unique, using) = match definition.strip_prefix("UNIQUE ") {
                 Some(rest) => ("UNIQUE ", rest),
                 None => ("", definition.as_str()),
             };
-            StepSql::Alone(format!(
-                "CREATE {unique}INDEX CONCURRENTLY IF NOT EXISTS {} ON {table} {using}",
-                quote_ident(index)
-            ))
+            Work::Alone {
+                statement: format!(
+                    "CREATE {unique}INDEX CONCURRENTLY IF NOT EXISTS {} ON {table} {using}",
+                    quote_ident(index)
+                ),
+                rebuilds: Some(index.clone()),
+            }
         }
         Action::SwapIndex {
             index,
             replacement,
             legacy,
-        } => StepSql::Transaction(vec![
+        } => Work::Transaction(vec![
             format!(
                 "ALTER INDEX {} RENAME TO {}",
                 qualified(schema, index),
@@ -164,7 +182,10 @@ pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Ste
                 quote_ident(index)
             ),
         ]),
-        Action::DropIndex { index } => StepSql::Alone(drop_index(schema, index)),
+        Action::DropIndex { index } => Work::Alone {
+            statement: drop_index(schema, index),
+            rebuilds: None,
+        },
         Action::AddCheck {
             constraint,
             definition,
@@ -179,16 +200,8 @@ pub fn step_sql(step: &Step, schema: &SchemaName, target: &SchemaVersion) -> Ste
             "DROP CONSTRAINT IF EXISTS {}",
             quote_ident(constraint)
         )),
-        Action::DropTable => StepSql::Transaction(vec![format!("DROP TABLE IF EXISTS {table}")]),
+        Action::DropTable => Work::Transaction(vec![format!("DROP TABLE IF EXISTS {table}")]),
     }
-}
-
-/// `VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE FALSE)` of `table`: the
-/// options of the engine's own maintenance step
-/// ([`jobs::vacuum`](crate::statements::jobs::vacuum), whose reasons its
-/// docs give), for any table a backfill rewrote.
-pub fn vacuum(schema: &SchemaName, table: &str) -> String {
-    crate::render::vacuum_statement(schema, table)
 }
 
 /// `DROP INDEX CONCURRENTLY IF EXISTS`: also what clears the invalid
@@ -225,19 +238,19 @@ pub fn table_statements(version: &SchemaVersion, schema: &SchemaName, table: &st
 }
 
 /// Every bootstrap statement of `version` for `schema`, with its kind and
-/// object: the model's own for [`MODEL_VERSION`], the shipped script's for
-/// an older version (printed by its release for the schema `alkstore`, one
+/// object: the model's own for the version the model is (the one without
+/// shipped text), the shipped script's for an older version (printed by its release for the schema `alkstore`, one
 /// statement per paragraph, which this reads back).
 pub fn version_statements(
     version: &SchemaVersion,
     schema: &SchemaName,
 ) -> Vec<(StatementKind, String, String)> {
-    match (&version.shipped, version.number) {
-        (None, _) | (_, MODEL_VERSION) => render::bootstrap_statements(schema)
+    match &version.shipped {
+        None => render::bootstrap_statements(schema)
             .into_iter()
             .map(|s| (s.kind, s.object, s.sql))
             .collect(),
-        (Some(shipped), _) => {
+        Some(shipped) => {
             let ours = quote_ident(schema.as_str());
             shipped
                 .schema_sql
@@ -340,7 +353,8 @@ fn single_condition(rows: &Condition, now: i64) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use schema_model::history::version;
+    use schema_model::history::{MODEL_VERSION, version};
+    use schema_model::{SchemaVersions, TableModel};
 
     #[test]
     fn the_backfill_walks_one_window_of_keys_and_skips_locked_rows() {
@@ -358,10 +372,19 @@ mod tests {
     #[test]
     fn the_vacuum_after_a_backfill_is_the_engines_own() {
         let schema = SchemaName::new("s").unwrap();
-        assert_eq!(
-            vacuum(&schema, "jobs"),
-            crate::statements::jobs::vacuum(&schema).sql()
-        );
+        let v2 = version(2).unwrap();
+        let step = Step {
+            version: 2,
+            phase: crate::versions::step::Phase::Expand,
+            table: "jobs".into(),
+            action: Action::Backfill {
+                backfill: v2.hints.backfills[0].clone(),
+            },
+        };
+        let Work::Batches { vacuum, .. } = work(&step, &schema, &v2) else {
+            panic!("a backfill runs in batches");
+        };
+        assert_eq!(vacuum, crate::statements::jobs::vacuum(&schema).sql());
     }
 
     #[test]
@@ -375,7 +398,11 @@ mod tests {
         );
         assert!(locks.iter().any(|s| s.contains(r#""locks_expiry_idx""#)));
         assert!(locks.iter().all(|s| !s.contains("alkstore")));
-        let model = table_statements(&version(MODEL_VERSION).unwrap(), &schema, "schema_versions");
+        let model = table_statements(
+            &version(MODEL_VERSION).unwrap(),
+            &schema,
+            &SchemaVersions::table_name(),
+        );
         assert!(model[0].contains(r#""s"."schema_versions""#), "{model:?}");
         assert!(model.iter().all(|s| !s.starts_with("INSERT")), "{model:?}");
     }
