@@ -22,10 +22,11 @@ use super::{Call, Connection, Output, Returns, Statement, StatementError, regist
 /// a server session that stays the connection's own between transactions
 /// (a direct connection, a pool of direct connections such as deadpool or
 /// bb8, pgbouncer in session pooling); [`Unnamed`](Self::Unnamed) works
-/// behind a pooler in transaction or statement pooling (pgbouncer before
-/// 1.21, or without `max_prepared_statements`), where the next transaction
-/// may run on another server connection. [`crate::pooler::probe`] tells
-/// the two apart.
+/// behind a pooler in transaction or statement pooling, where the next
+/// transaction may run on another server connection (tested with
+/// pgbouncer 1.18; 1.21's `max_prepared_statements` is not tested here:
+/// use the unnamed mode behind any transaction pooler).
+/// [`crate::pooler::probe`] tells the two apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum StatementMode {
