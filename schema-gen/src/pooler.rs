@@ -4,10 +4,12 @@
 //! on another server connection, so nothing that outlives a transaction
 //! (a named prepared statement, a session `SET`, a session advisory lock,
 //! `LISTEN`) can be relied on. [`probe`] finds out, for any part that needs
-//! a session of its own: an upgrade (its lock and its `CONCURRENTLY` steps'
-//! settings: `schema-gen upgrade` refuses a pooled connection before it
-//! reads or locks anything), the wake-up listener, the sessions' statement
-//! mode. One place answers the question.
+//! a session of its own: the sessions' statement mode
+//! ([`Pooling::statement_mode`]), an upgrade (its lock and its
+//! `CONCURRENTLY` steps' settings: `schema-gen upgrade` refuses a pooled
+//! connection before it reads or locks anything), the wake-up listener.
+//! One place answers the question. It imports nothing of this crate (the
+//! ground floor), so every floor above may ask it.
 //!
 //! # How
 //!
@@ -47,7 +49,6 @@ use tokio::sync::mpsc;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, Socket};
 
-use crate::options::duration_words;
 
 /// What [`probe`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,9 +83,9 @@ impl fmt::Display for Evidence {
             Self::NothingArrived(timeout) => write!(
                 f,
                 "a notification sent to an idle connection through it never reached that \
-                 connection within {} (its server session went back to the pool when its \
+                 connection within {}ms (its server session went back to the pool when its \
                  LISTEN ended)",
-                duration_words(*timeout)
+                timeout.as_millis()
             ),
         }
     }
@@ -137,12 +138,16 @@ where
 ///
 /// ```no_run
 /// # async fn demo(config: schema_gen::tokio_postgres::Config) -> Result<(), schema_gen::tokio_postgres::Error> {
+/// use schema_gen::SchemaName;
 /// use schema_gen::pooler::{DEFAULT_TIMEOUT, Pooling, probe};
+/// use schema_gen::statements::Sessions;
 /// use schema_gen::tokio_postgres::NoTls;
 ///
-/// if let Pooling::Pooled(evidence) = probe(&config, NoTls, DEFAULT_TIMEOUT).await? {
+/// let pooling = probe(&config, NoTls, DEFAULT_TIMEOUT).await?;
+/// if let Pooling::Pooled(evidence) = pooling {
 ///     eprintln!("no session of its own: {evidence}");
 /// }
+/// let sessions = Sessions::new(SchemaName::default()).with_mode(pooling.statement_mode());
 /// # Ok(()) }
 /// ```
 ///
