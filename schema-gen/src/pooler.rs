@@ -49,7 +49,6 @@ use tokio::sync::mpsc;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, Socket};
 
-
 /// What [`probe`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pooling {
