@@ -93,6 +93,12 @@ fn pinned_sql(schema: &SchemaName, role: &str) -> Vec<(String, String, Vec<Strin
             "text",
         ),
         (
+            "live_sessions".to_owned(),
+            catalog::sessions_statement(),
+            vec![],
+            "text",
+        ),
+        (
             "bootstrap_lock".to_owned(),
             schema_gen::render::advisory_lock_statement(schema),
             vec![],

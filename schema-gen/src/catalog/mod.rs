@@ -38,6 +38,7 @@ mod holders;
 pub mod numbers;
 mod query;
 mod read;
+mod sessions;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +48,9 @@ pub use numbers::LiveMaximum;
 pub use query::{batch, lean_statement, statement};
 pub(crate) use read::parse;
 pub use read::{read, read_with};
+pub use sessions::LiveSession;
+pub(crate) use sessions::sessions;
+pub use sessions::sessions_statement;
 
 /// One schema's catalog as PostgreSQL reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

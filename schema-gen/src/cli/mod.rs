@@ -52,6 +52,7 @@ Examples:
                                               version, as a psql script (nothing is changed)
   schema-gen upgrade                          run them online, with progress; the older engines keep working
   schema-gen upgrade --contract               once no older engine runs: remove what only they needed
+                                              (refused, naming them, while one is connected)
   schema-gen grants --runtime-role app --maintenance-role app_vacuum | psql -v ON_ERROR_STOP=1
                                               the least privileges of the engine's roles
   schema-gen check --runtime-role app         also verify app's privileges (gaps are drift)

@@ -17,7 +17,7 @@
 //! (the type's default operator class), `ON CONFLICT`, `LIMIT`, `FOR
 //! UPDATE`, the keyword types (`bigint`, `integer`, `boolean` are always
 //! `pg_catalog`'s; written qualified here anyway, one rule for every cast).
-//! `tests/trust_search_path.rs` derives, from the server's own parse of
+//! `tests/trust_shadows.rs` derives, from the server's own parse of
 //! every statement, the functions, operators and types they use, shadows
 //! each one in `public` and in a schema earlier on the path, and proves none
 //! is called.
