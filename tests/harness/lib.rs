@@ -11,6 +11,7 @@ pub mod clickhouse;
 pub mod dump;
 pub mod engine;
 pub mod explain;
+pub mod fingerprint;
 pub mod history;
 mod hygiene;
 pub mod lock_waits;
