@@ -254,10 +254,15 @@ fn relation_gaps(
         .filter(|p| !has(&p.keyword().to_lowercase()))
         .collect();
     if !missing.is_empty() {
-        let users: Vec<&str> = missing
+        let mut users: Vec<&str> = Vec::new();
+        for user in missing
             .iter()
             .flat_map(|p| matrix.tables[t][p].iter().copied())
-            .collect();
+        {
+            if !users.contains(&user) {
+                users.push(user);
+            }
+        }
         out.push(gap(
             format!(
                 "{r} lacks {} on {t}, which {} need",
@@ -304,18 +309,18 @@ fn readiness(
 ) {
     for relation in &answer.relations {
         let t = &relation.name;
-        let writers: Vec<&str> = matrix
-            .tables
-            .get(t)
-            .map(|p| {
-                [Privilege::Update, Privilege::Delete]
-                    .iter()
-                    .filter_map(|k| p.get(k))
-                    .flatten()
-                    .copied()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut writers: Vec<&str> = Vec::new();
+        for writer in matrix.tables.get(t).into_iter().flat_map(|p| {
+            [Privilege::Update, Privilege::Delete]
+                .iter()
+                .filter_map(|k| p.get(k))
+                .flatten()
+                .copied()
+        }) {
+            if !writers.contains(&writer) {
+                writers.push(writer);
+            }
+        }
         let publications = relation.publications.clone().unwrap_or_default();
         let identified = match relation.replica_identity.as_str() {
             "f" => true,
