@@ -20,6 +20,7 @@ use tokio::runtime::Runtime;
 /// Exit codes of `check` (README: check's states).
 const DRIFT: u8 = 1;
 const NEWER: u8 = 6;
+const CONTRACT_PENDING: u8 = 0;
 
 /// A bootstrapped family in the test database, as the superuser: its name.
 fn family(rt: &Runtime, prefix: &str) -> SchemaName {
@@ -132,6 +133,42 @@ fn version_rows_no_upgrade_wrote_are_refused_naming_the_rows() {
             "contracted but never expanded",
         ],
     );
+}
+
+#[test]
+fn rows_of_a_contract_from_version_1_on_a_contracted_shape_no_longer_claim_version_1_is_served() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let rt = runtime();
+    let url = harness::database_url();
+    let schema = family(&rt, "contracted");
+    // "Contracted to 1, expanded to 3" on version 3's contracted shape: the
+    // rows of a contract from 1 whose steps are all done (version 3's own
+    // contract removes nothing). Version-1 engines' inserts fail there, so
+    // check must not say they are served (the issue found it did).
+    run_sql(
+        &rt,
+        &url,
+        &format!(
+            "INSERT INTO {schema}.schema_versions
+                 SELECT 1, 'x', started_at, started_at, started_at
+                 FROM {schema}.schema_versions WHERE version = {MODEL_VERSION};
+             UPDATE {schema}.schema_versions SET contracted_at = NULL
+             WHERE version = {MODEL_VERSION}"
+        ),
+    );
+    let ran = assert_check(
+        &url,
+        &schema,
+        &[],
+        CONTRACT_PENDING,
+        &[
+            "serves the engines of versions 2 to 3",
+            "upgrade --contract",
+        ],
+    );
+    assert!(!ran.stdout.contains("versions 1 "), "{}", ran.stdout);
 }
 
 #[test]
