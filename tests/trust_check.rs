@@ -352,3 +352,43 @@ fn the_verdict_on_a_tampered_and_an_untampered_family_does_not_depend_on_the_sea
         assert_eq!(default.stdout, under_public.stdout);
     }
 }
+
+#[test]
+fn check_reads_the_catalog_and_the_roles_in_one_round_trip() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let rt = runtime();
+    let url = harness::database_url();
+    let schema = family(&rt, "trips");
+    let proxy = rt.block_on(harness::wire::CountingProxy::start(&url));
+    let through = proxy.url(&url);
+    for extra in [&[][..], &["--runtime-role", "postgres"][..]] {
+        proxy.reset();
+        let mut args = vec![
+            "check",
+            "--database-url",
+            &through,
+            "--schema",
+            schema.as_str(),
+        ];
+        args.extend(extra);
+        let ran = cli(&args);
+        assert!(ran.stderr.is_empty(), "{}", ran.stderr);
+        let statements = proxy.statements();
+        println!(
+            "check {extra:?}: {} round trips, {} requests: {statements:#?}",
+            proxy.round_trips(),
+            proxy.requests()
+        );
+        // The connection's own setup aside, the verdict is one catalog
+        // query: the version rows, the shape, the numbers, the flags, the
+        // owners and (with --runtime-role) the role's privileges together.
+        let catalog_reads = statements
+            .iter()
+            .filter(|s| s.contains("pg_catalog.pg_class"))
+            .count();
+        assert_eq!(catalog_reads, 1, "{statements:#?}");
+        assert_eq!(proxy.round_trips(), 1, "{statements:#?}");
+    }
+}
