@@ -392,3 +392,79 @@ fn check_reads_the_catalog_and_the_roles_in_one_round_trip() {
         assert_eq!(proxy.round_trips(), 1, "{statements:#?}");
     }
 }
+
+/// Blocks of `table` and of its indexes read or hit so far, as the
+/// cumulative statistics have them.
+async fn blocks(client: &tokio_postgres::Client, schema: &SchemaName, table: &str) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT pg_stat_clear_snapshot()::text, (heap_blks_read + heap_blks_hit)::bigint,
+                    (idx_blks_read + idx_blks_hit)::bigint
+             FROM pg_statio_user_tables WHERE schemaname = $1 AND relname = $2",
+            &[&schema.as_str(), &table],
+        )
+        .await
+        .unwrap();
+    (row.get(1), row.get(2))
+}
+
+#[test]
+fn the_maxima_are_read_through_the_keys_not_by_scanning_the_tables() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let rt = runtime();
+    let url = harness::database_url();
+    let schema = family(&rt, "maxima");
+    let before = rt.block_on(async {
+        let client = harness::connect_url(&url).await;
+        harness::shadow::seed(&client, &schema).await;
+        // 200,000 jobs (copies of the samples'), about 6,000 heap pages.
+        exec(
+            &client,
+            &format!(
+                "DO $$ DECLARE cols text; BEGIN
+                     SELECT string_agg(quote_ident(attname), ', ') INTO cols
+                     FROM pg_attribute WHERE attrelid = '{schema}.jobs'::regclass
+                       AND attnum > 0 AND NOT attisdropped AND attname <> 'id';
+                     EXECUTE format('INSERT INTO {schema}.jobs (%s) SELECT %s FROM
+                         (SELECT * FROM {schema}.jobs LIMIT 1) j, generate_series(1, 200000)',
+                         cols, cols);
+                 END $$;
+                 SELECT pg_stat_force_next_flush();"
+            ),
+        )
+        .await;
+        let pages: i64 = client
+            .query_one(
+                &format!("SELECT pg_relation_size('{schema}.jobs') / 8192"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(pages > 2_000, "{pages} pages");
+        // Let this session's own counts reach the shared statistics.
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
+        blocks(&client, &schema, "jobs").await
+    });
+    let ran = cli(&["check", "--database-url", &url, "--schema", schema.as_str()]);
+    assert_eq!(ran.code, ExitCode::SUCCESS, "{}{}", ran.stdout, ran.stderr);
+    // The check's backend reports its counts when it exits.
+    let after = rt.block_on(async {
+        let client = harness::connect_url(&url).await;
+        for _ in 0..50 {
+            let now = blocks(&client, &schema, "jobs").await;
+            if now.1 > before.1 {
+                return now;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("check read no block of jobs' indexes: {before:?}");
+    });
+    let heap = after.0 - before.0;
+    let index = after.1 - before.1;
+    println!("check read {heap} heap and {index} index blocks of jobs");
+    assert!(heap <= 10, "check read {heap} heap blocks of jobs");
+    assert!(index <= 20, "check read {index} index blocks of jobs");
+}
