@@ -153,6 +153,8 @@ async fn fill_with_version_1(client: &Client, schema: &SchemaName) {
         .await
         .unwrap_or_else(|e| panic!("version 1's lock_acquire: {e}"));
     let s = schema.as_str();
+    // A dead job's id was drawn by jobs' sequence: the sequence is past it
+    // (check calls it drift otherwise: job ids would repeat).
     exec(
         client,
         &format!(
@@ -165,7 +167,9 @@ async fn fill_with_version_1(client: &Client, schema: &SchemaName) {
              next_fire_at, enabled) \
              VALUES ('hourly', '@every 1h', 3600, 'mail', '\\x03', 0, 3, 30, 1, 600, {now}, true); \
              INSERT INTO \"{s}\".consumed_events (consumer, event_id, consumed_at) \
-             VALUES ('billing', 'e-1', 1)"
+             VALUES ('billing', 'e-1', 1); \
+             SELECT pg_catalog.setval(pg_catalog.pg_get_serial_sequence('\"{s}\".jobs', 'id'), \
+                                      99999)"
         ),
     )
     .await;
