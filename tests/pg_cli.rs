@@ -377,6 +377,14 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
             .await
             .unwrap();
     });
+    let superuser: String = rt.block_on(async {
+        let admin = harness::connect().await;
+        admin
+            .query_one("SELECT current_user::text", &[])
+            .await
+            .unwrap()
+            .get(0)
+    });
     let app_url = harness::url_for_role(&app);
     let applied = cli(&["apply", "--database-url", &app_url, "--schema", &dba]);
     assert_eq!(applied.code, ExitCode::SUCCESS, "{}", applied.stderr);
@@ -390,12 +398,18 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     for who in [&app_url, &url] {
         let checked = cli(&["check", "--database-url", who, "--schema", &dba]);
         assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
+        // The DBA owns the schema: said as a note with what the DBA can do
+        // (issue 22), the comment with its refresh.
         assert_eq!(
             checked.stdout,
             format!(
-                "schema {dba} matches the model; 1 comment differs (documentation only, so \
-                 check passes; `schema-gen sql --schema {dba} | psql -v ON_ERROR_STOP=1` run by \
-                 the owner refreshes it):\n  comment on schema {dba}: missing, model says {:?}\n",
+                "schema {dba} matches the model; 2 notes (nothing the engine relies on differs, \
+                 so check passes):\n  comment on schema {dba}: missing, model says {:?} \
+                 (documentation only; `schema-gen sql --schema {dba} | psql -v ON_ERROR_STOP=1` \
+                 run by the owner refreshes it)\n  schema {dba} is owned by {superuser}, the \
+                 family by {app}: {superuser} can drop any table of the schema (and with it its \
+                 rows), and create objects in it; if {superuser} is not a DBA you trust, ALTER \
+                 SCHEMA {dba} OWNER TO {app}\n",
                 schema_gen::render::SCHEMA_DOC
             )
         );

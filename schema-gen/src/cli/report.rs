@@ -191,6 +191,30 @@ pub(super) fn differences_text(
 /// `schema x matches the model; N comments differ ...:` and one per line:
 /// what a passing `check` prints when only documentation differs.
 pub(super) fn comments_text(schema: &SchemaName, differences: &[Difference]) -> String {
+    let is_comment = |d: &Difference| matches!(d, Difference::Comment { .. });
+    if !differences.iter().all(is_comment) {
+        // Notes besides comments (a schema another role owns, a number not
+        // verified): said as notes, each comment with its refresh.
+        let one = differences.len() == 1;
+        let mut out = format!(
+            "schema {schema} matches the model; {} note{} (nothing the engine relies on \
+             differs, so check passes):\n",
+            differences.len(),
+            if one { "" } else { "s" },
+        );
+        for difference in differences {
+            let refresh = if is_comment(difference) {
+                format!(
+                    " (documentation only; `schema-gen sql --schema {schema} | psql -v \
+                     ON_ERROR_STOP=1` run by the owner refreshes it)"
+                )
+            } else {
+                String::new()
+            };
+            out.push_str(&format!("  {difference}{refresh}\n"));
+        }
+        return out;
+    }
     let one = differences.len() == 1;
     let mut out = format!(
         "schema {schema} matches the model; {} comment{} differ{} (documentation only, so check \
