@@ -1,0 +1,86 @@
+//! Which objects the model does not declare are foreign ([`Class::Foreign`]
+//! (crate::difference::Class::Foreign): reported, left alone) and which can
+//! change what the engine's statements read, write or return (drift), for
+//! the kinds whose answer depends on more than their kind: extra columns
+//! and indexes on engine tables, and foreign keys that reference them.
+//!
+//! The engine's statements name every column they write and read, and read
+//! through the model's indexes; so an extra column changes nothing as long
+//! as a row the engine inserts (leaving it out) is accepted as it is, and
+//! an extra index changes nothing as long as maintaining it cannot refuse
+//! or fail a write the engine makes.
+
+use schema_model::{SchemaName, TableDescription};
+
+use crate::catalog::{LiveColumn, LiveIndex, LiveRelation};
+use crate::difference::Difference;
+
+use super::column::live_source;
+
+/// Why an extra column can change what the engine's inserts do, or `None`
+/// when it cannot (it is nullable, has no default, identity or generation,
+/// and its type is no domain).
+pub(super) fn column_risk(found: &LiveColumn) -> Option<String> {
+    if found.not_null {
+        return Some(
+            "NOT NULL, so every insert of the engine, which leaves it out, fails".to_owned(),
+        );
+    }
+    if found.expression.is_some() || !found.identity.is_empty() || !found.generated.is_empty() {
+        return Some(format!(
+            "{}, evaluated on every insert of the engine (it can fail it)",
+            live_source(found)
+        ));
+    }
+    if found.domain {
+        return Some(format!(
+            "its type {} is a domain, whose constraints apply to the NULL every insert of the \
+             engine leaves in it",
+            found.sql_type
+        ));
+    }
+    None
+}
+
+/// Why an extra index can change what the engine's writes do, or `None`
+/// when it cannot: it is not unique, and maintaining it evaluates nothing
+/// but PostgreSQL's own leakproof functions (which fail for no argument)
+/// through PostgreSQL's own operator classes and collations
+/// ([`LiveIndex::evaluates`]).
+pub(super) fn index_risk(found: &LiveIndex) -> Option<String> {
+    if found.definition.starts_with("CREATE UNIQUE INDEX ") {
+        return Some(
+            "unique, so it refuses rows the model accepts (and the engine writes)".to_owned(),
+        );
+    }
+    if !found.evaluates.is_empty() {
+        return Some(format!(
+            "every write of the engine to the table evaluates {}, which can fail it",
+            found.evaluates.join(", ")
+        ));
+    }
+    None
+}
+
+/// The foreign keys that reference the engine table `table` from a table
+/// the model does not declare (an engine table's own foreign keys are extra
+/// constraints of that table, reported there).
+pub(super) fn references(
+    out: &mut Vec<Difference>,
+    live: &LiveRelation,
+    table: &str,
+    schema: &SchemaName,
+    model: &[TableDescription],
+) {
+    for reference in &live.referenced_by {
+        if reference.schema == schema.as_str() && model.iter().any(|t| t.name == reference.table) {
+            continue;
+        }
+        out.push(Difference::ReferencedBy {
+            table: table.to_owned(),
+            by: format!("{}.{}", reference.schema, reference.table),
+            constraint: reference.constraint.clone(),
+            definition: reference.definition.clone(),
+        });
+    }
+}
