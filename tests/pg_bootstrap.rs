@@ -72,6 +72,7 @@ async fn bootstrap_twice_creates_then_is_already_current() {
         Outcome::AlreadyCurrent {
             schema: schema.clone(),
             stale_comments: vec![],
+            foreign: vec![],
         }
     );
     assert_eq!(
@@ -704,6 +705,7 @@ async fn bootstrap_creates_missing_tables_of_an_existing_schema_and_touches_noth
                     .filter(|s| s.object.starts_with("locks")
                         || s.object.starts_with("consumed_events"))
                     .count(),
+            foreign: vec![],
         }
     );
     assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);

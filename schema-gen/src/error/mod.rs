@@ -104,7 +104,7 @@ pub enum ErrorKind {
         source: tokio_postgres::Error,
     },
     /// Engine-owned objects exist with another shape than the model's:
-    /// bootstrap refused and changed nothing.
+    /// bootstrap (or an upgrade) refused and changed nothing.
     #[error("{}", drift_message(schema, differences, *nearest))]
     Drift {
         /// The engine schema.
@@ -539,7 +539,7 @@ fn drift_message(schema: &SchemaName, differences: &[Difference], nearest: Optio
         None => "differs from the model".to_owned(),
     };
     format!(
-        "schema {schema} {from} in {} way{}: {}; bootstrap refused and changed nothing (the \
+        "schema {schema} {from} in {} way{}: {}; refused and changed nothing (the \
          schema is no version this release knows, nor a step of an upgrade between two: fix the \
          objects by hand, or use a new schema name)",
         differences.len(),

@@ -287,25 +287,32 @@ fn unversioned(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
         progress: None,
         target: target.number(),
     };
+    // The version whose shape it has, its foreign objects aside; of two
+    // (a later version that only added what would be foreign to an earlier
+    // one), the one with fewer foreign objects.
+    let mut recognised: Option<((usize, usize), u32, Vec<Difference>)> = None;
     for version in history
         .versions()
         .iter()
         .filter(|v| !v.declared.records_itself())
     {
         let differences = compare(live, schema, &version.shape);
-        if differences.iter().all(|d| d.is_comment() || d.is_foreign()) {
-            let found = version.number();
-            let span = Some(Span {
-                contracted: found,
-                expanded: found,
-            });
-            let standing = Standing::Older {
-                found,
-                recognised: true,
-            };
-            let differences = Claimed::after(history, found).mark(differences);
-            return judged(standing, span, differences);
+        let distance = distance(&differences);
+        if distance.0 == 0 && recognised.as_ref().is_none_or(|(b, _, _)| distance <= *b) {
+            recognised = Some((distance, version.number(), differences));
         }
+    }
+    if let Some((_, found, differences)) = recognised {
+        let span = Some(Span {
+            contracted: found,
+            expanded: found,
+        });
+        let standing = Standing::Older {
+            found,
+            recognised: true,
+        };
+        let differences = Claimed::after(history, found).mark(differences);
+        return judged(standing, span, differences);
     }
     let differences = compare(live, schema, &target.shape);
     if differences.iter().all(|d| !d.is_drift()) {
@@ -317,7 +324,7 @@ fn unversioned(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
     let mut nearest = (target.number(), differences);
     for version in history.versions().iter().rev().skip(1) {
         let differences = compare(live, schema, &version.shape);
-        if drift_count(&differences) < drift_count(&nearest.1) {
+        if distance(&differences) < distance(&nearest.1) {
             nearest = (version.number(), differences);
         }
     }
@@ -332,6 +339,13 @@ fn drift_count(differences: &[Difference]) -> usize {
         .iter()
         .filter(|d| d.is_drift() || d.is_missing_object())
         .count()
+}
+
+/// How far a catalog is from a shape: the differences a DBA must act on,
+/// then the foreign objects (comments are documentation).
+fn distance(differences: &[Difference]) -> (usize, usize) {
+    let foreign = differences.iter().filter(|d| d.is_foreign()).count();
+    (drift_count(differences), foreign)
 }
 
 /// The shapes a recorded position allows: the expanded shape, and while an
@@ -398,22 +412,24 @@ impl Allowed {
                 _ => None,
             })
             .collect();
-        let drift = drift_count;
-        let mut best: Option<(usize, Vec<Difference>)> = None;
+        // The fewest differences a DBA must act on, then the fewest foreign
+        // objects: an object a step creates is the step's, not a DBA's.
+        let mut best: Option<((usize, usize), usize, Vec<Difference>)> = None;
         for (done, shape) in self.shapes.iter().enumerate() {
             let mut differences = compare(live, schema, shape);
             differences.retain(
                 |d| !matches!(d, Difference::InvalidIndex { index, .. } if rebuilt.contains(&index)),
             );
-            let count = drift(&differences);
-            if best.as_ref().is_none_or(|(_, b)| count < drift(b)) {
-                best = Some((done, differences));
+            let distance = distance(&differences);
+            if best.as_ref().is_none_or(|(b, _, _)| distance < *b) {
+                best = Some((distance, done, differences));
             }
-            if count == 0 {
+            if distance == (0, 0) {
                 break;
             }
         }
-        best.unwrap_or_default()
+        best.map(|(_, done, differences)| (done, differences))
+            .unwrap_or_default()
     }
 }
 
