@@ -148,7 +148,11 @@ fn json_reports() {
     assert_eq!(ran.code, ExitCode::SUCCESS, "{}", ran.stdout);
     let checked = json(&ran.stdout);
     assert_eq!(
-        (&checked["state"], &checked["exit_code"], &checked["matches"]),
+        (
+            &checked["state"],
+            &checked["exit_code"],
+            &checked["matches"]
+        ),
         (&"matches".into(), &0.into(), &true.into()),
         "{}",
         ran.stdout

@@ -21,16 +21,16 @@ use super::column::live_source;
 /// when it cannot (it is nullable, has no default, identity or generation,
 /// and its type is no domain).
 pub(super) fn column_risk(found: &LiveColumn) -> Option<String> {
-    if found.not_null {
-        return Some(
-            "NOT NULL, so every insert of the engine, which leaves it out, fails".to_owned(),
-        );
-    }
     if found.expression.is_some() || !found.identity.is_empty() || !found.generated.is_empty() {
         return Some(format!(
             "{}, evaluated on every insert of the engine (it can fail it)",
             live_source(found)
         ));
+    }
+    if found.not_null {
+        return Some(
+            "NOT NULL, so every insert of the engine, which leaves it out, fails".to_owned(),
+        );
     }
     if found.domain {
         return Some(format!(

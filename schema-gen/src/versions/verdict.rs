@@ -485,7 +485,10 @@ mod tests {
     }
 
     fn jobs(live: &mut LiveCatalog) -> &mut crate::catalog::LiveRelation {
-        live.relations.iter_mut().find(|r| r.name == "jobs").unwrap()
+        live.relations
+            .iter_mut()
+            .find(|r| r.name == "jobs")
+            .unwrap()
     }
 
     fn extra_column(name: &str, sql_type: &str) -> crate::catalog::LiveColumn {
@@ -510,7 +513,9 @@ mod tests {
         let history = History::shipped().unwrap();
         let mut v1 = catalog_of(&schema(), &history.versions()[0].shape);
         jobs(&mut v1).columns.push(extra_column("note", "text"));
-        jobs(&mut v1).indexes.push(extra_index("jobs_note_idx", "note"));
+        jobs(&mut v1)
+            .indexes
+            .push(extra_index("jobs_note_idx", "note"));
         let judged = verdict(&v1, &schema(), history);
         assert_eq!(
             judged.standing,
@@ -552,7 +557,12 @@ mod tests {
             .shape
             .iter()
             .flat_map(|t| &t.indexes)
-            .find(|i| !v1.shape.iter().flat_map(|t| &t.indexes).any(|o| o.name == i.name))
+            .find(|i| {
+                !v1.shape
+                    .iter()
+                    .flat_map(|t| &t.indexes)
+                    .any(|o| o.name == i.name)
+            })
             .unwrap();
         for (what, change) in [
             ("column", {
@@ -598,7 +608,9 @@ mod tests {
         jobs(&mut live).indexes.retain(|i| i.name != "jobs_pkey");
         let dropped = jobs(&mut live).indexes.remove(0).name;
         jobs(&mut live).columns.push(extra_column("note", "text"));
-        jobs(&mut live).indexes.push(extra_index("jobs_note_idx", "note"));
+        jobs(&mut live)
+            .indexes
+            .push(extra_index("jobs_note_idx", "note"));
         let judged = verdict(&live, &schema(), history);
         assert_eq!(judged.standing, Standing::Unrecognised { nearest: 1 });
         let drift: Vec<String> = judged
@@ -608,7 +620,10 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(drift.len(), 1, "{drift:?}");
-        assert!(drift[0].starts_with(&format!("missing index {dropped}")), "{drift:?}");
+        assert!(
+            drift[0].starts_with(&format!("missing index {dropped}")),
+            "{drift:?}"
+        );
         assert_eq!(judged.foreign().count(), 2);
     }
 
