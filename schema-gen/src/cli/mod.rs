@@ -131,8 +131,11 @@ pub enum Command {
     /// Move a database at an older schema version to this release's version
     /// online (expand: the older engines keep working), or with --contract
     /// remove what only the older engines needed; --dry-run prints the plan
-    /// as a psql script. Exit 0 at this release's version, 1 when drift
-    /// outside any known version blocks it (nothing changed), 2 on errors.
+    /// as a psql script. Foreign objects (a DBA's index, column, table) are
+    /// left untouched and listed. Exit 0 at this release's version, 1 when
+    /// drift outside any known version blocks it (nothing changed; the
+    /// nearest version named), 3 for a contract before its expand, 6 for a
+    /// newer version, 2 on errors.
     Upgrade(UpgradeArgs),
 }
 
