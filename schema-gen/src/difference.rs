@@ -124,6 +124,12 @@ pub enum Difference {
         /// Why it can change what the engine's statements do, in words;
         /// `None` for a foreign index.
         risk: Option<String>,
+        /// Its key columns that the model's indexes of the table have too:
+        /// columns the engine's statements search or order by, so the
+        /// planner may choose this index for them (with statistics that
+        /// have not seen a new queue yet, a claim can then read the whole
+        /// queue and sort it). Empty when it shares none.
+        engine_columns: Vec<String>,
     },
     /// An index has the model's name and another definition.
     IndexDefinition {
@@ -495,9 +501,20 @@ impl fmt::Display for Difference {
                 index,
                 found,
                 risk,
+                engine_columns,
             } => {
                 write!(f, "extra index {index} on {table}: `{found}`")?;
-                risk_words(f, risk)
+                risk_words(f, risk)?;
+                if risk.is_none() && !engine_columns.is_empty() {
+                    write!(
+                        f,
+                        " (it keys on {}, which the engine's statements search {table} by: \
+                         unless its predicate is one they never state, the planner may choose it \
+                         for them)",
+                        engine_columns.join(", ")
+                    )?;
+                }
+                Ok(())
             }
             Self::IndexDefinition {
                 index,

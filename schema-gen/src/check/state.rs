@@ -158,6 +158,7 @@ impl ForeignPolicy {
     ///     index: "report_enqueued_idx".into(),
     ///     found: "USING btree (enqueued_at)".into(),
     ///     risk: None,
+    ///     engine_columns: vec![],
     /// };
     /// assert!(ForeignPolicy::allowing(["report_*"]).allows(&index));
     /// assert!(!ForeignPolicy::allowing(["jobs_*"]).allows(&index));

@@ -62,6 +62,60 @@ pub(super) fn index_risk(found: &LiveIndex) -> Option<String> {
     None
 }
 
+/// The key columns of `found` that the model's indexes (and primary key)
+/// of the table have too, in `found`'s order: columns the engine's
+/// statements search or order by. Read from the definitions' key lists
+/// (plain column names; an expression key is no column).
+pub(super) fn engine_columns(found: &LiveIndex, model: &TableDescription) -> Vec<String> {
+    let modelled: Vec<String> = model
+        .indexes
+        .iter()
+        .map(|i| i.definition.as_str())
+        .chain([model.primary_key.definition.as_str()])
+        .flat_map(key_columns)
+        .collect();
+    key_columns(&found.from_using())
+        .into_iter()
+        .filter(|c| modelled.contains(c))
+        .collect()
+}
+
+/// The plain column names in the first parenthesised list of an index or
+/// key definition (`USING btree (queue, priority DESC) WHERE ...`,
+/// `PRIMARY KEY (id)`), without their order, collation or operator class.
+fn key_columns(definition: &str) -> Vec<String> {
+    let Some(open) = definition.find('(') else {
+        return Vec::new();
+    };
+    let rest = &definition[open + 1..];
+    let mut depth = 0usize;
+    let mut keys = Vec::new();
+    let mut current = String::new();
+    for c in rest.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                current.push(c);
+            }
+            ')' if depth == 0 => {
+                keys.push(std::mem::take(&mut current));
+                break;
+            }
+            ')' => {
+                depth -= 1;
+                current.push(c);
+            }
+            ',' if depth == 0 => keys.push(std::mem::take(&mut current)),
+            _ => current.push(c),
+        }
+    }
+    keys.iter()
+        .filter_map(|key| key.split_whitespace().next())
+        .filter(|word| !word.starts_with('('))
+        .map(|word| word.trim_matches('"').to_owned())
+        .collect()
+}
+
 /// The foreign keys that reference the engine table `table` from a table
 /// the model does not declare (an engine table's own foreign keys are extra
 /// constraints of that table, reported there).

@@ -326,6 +326,7 @@ fn compare_table(
                 index: found.name.clone(),
                 found: found.from_using(),
                 risk: foreign::index_risk(found),
+                engine_columns: foreign::engine_columns(found, model),
             });
         }
     }

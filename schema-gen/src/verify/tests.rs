@@ -291,6 +291,22 @@ fn extra_columns_and_indexes_are_foreign_unless_they_can_change_a_write() {
     );
     assert_eq!(plain.class(), Class::Foreign);
     assert_eq!(plain.foreign_name().as_deref(), Some("jobs_report_idx"));
+    // It shares queue with the claim index: the planner may take it.
+    assert_eq!(
+        plain.to_string(),
+        "extra index jobs_report_idx on jobs: `USING btree (queue, enqueued_at)` (it keys on \
+         queue, which the engine's statements search jobs by: unless its predicate is one they \
+         never state, the planner may choose it for them)"
+    );
+    let reporting = index(
+        "INDEX jobs_report_idx ON alk.jobs USING btree (enqueued_at, \"payload\") WHERE (enqueued_at IS NOT NULL)",
+        &[],
+    );
+    assert_eq!(
+        reporting.to_string(),
+        "extra index jobs_report_idx on jobs: `USING btree (enqueued_at, \"payload\") WHERE \
+         (enqueued_at IS NOT NULL)`"
+    );
     let unique = index(
         "UNIQUE INDEX jobs_report_idx ON alk.jobs USING btree (enqueued_at)",
         &[],
