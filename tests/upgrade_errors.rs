@@ -175,6 +175,17 @@ async fn a_failed_upgrade_carries_the_steps_and_batches_it_did() {
         "{err}"
     );
     assert!(done.changed_anything());
+    // What the operator reads: what stays done, and that a rerun resumes;
+    // never that nothing was changed.
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "already done, and kept: 4 steps run, 1 backfill batch committed (1 row); run the \
+             same command again: it skips what is done and resumes at the step that failed"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("nothing was changed"), "{text}");
     let blocker = blocking.await.unwrap();
     exec(&blocker, "ROLLBACK").await;
     // A rerun resumes from there.
@@ -224,4 +235,312 @@ async fn the_json_of_an_upgrade_refused_before_any_step_has_done_null() {
         json.get("done").is_some_and(serde_json::Value::is_null),
         "{json}"
     );
+}
+
+/// A step that keeps losing its lock gives up after its attempts, and says
+/// how many over how long; each attempt's line names the session it waited
+/// behind; the error says what stays done (the contract's backfill) and
+/// that a rerun resumes. Here a reader holds `jobs` from right after the
+/// contract's backfill, so its `ADD CHECK ... NOT VALID` (ACCESS EXCLUSIVE)
+/// times out three times at 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_give_up_counts_its_attempts_and_each_attempt_names_the_holder() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = harness::unique_schema_name("up_tries");
+    create_version(&client, &schema, 1).await;
+    // A job a version-1 engine claimed: the contract's backfill makes it ready.
+    exec(
+        &client,
+        &format!(
+            "INSERT INTO \"{}\".jobs (queue, payload, priority, run_at, enqueued_at, \
+             visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s, \
+             attempts, worker_id, claimed_at, claim_expires_at) \
+             VALUES ('mail', '\\x00', 0, 1, 1, 30, 3, 1, 60, 1, 'w1', 1, 4000000000)",
+            schema.as_str()
+        ),
+    )
+    .await;
+    let mut upgrader = harness::connect().await;
+    let mut quiet = |_: &Progress| {};
+    upgrade::upgrade(
+        &mut upgrader,
+        &schema,
+        &UpgradeOptions::default(),
+        &mut quiet,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let reader = harness::connect().await;
+    let pid: i32 = reader
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let (backfilled, mut read_now) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (reading, wait_for_reader) = std::sync::mpsc::channel::<()>();
+    let read_sql = format!("BEGIN; SELECT count(*) FROM \"{}\".jobs", schema.as_str());
+    let holding = tokio::spawn(async move {
+        if read_now.recv().await.is_some() {
+            exec(&reader, &read_sql).await;
+            let _ = reading.send(());
+        }
+        reader
+    });
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Progress>::new()));
+    let seen = events.clone();
+    let mut progress = move |event: &Progress| {
+        if let Ok(mut seen) = seen.lock() {
+            seen.push(event.clone());
+        }
+        if let Progress::StepDone { step, .. } = event
+            && step.describe().contains("backfill")
+        {
+            let _ = backfilled.send(());
+            let _ = wait_for_reader.recv_timeout(Duration::from_secs(60));
+        }
+    };
+    let options = UpgradeOptions {
+        lock_timeout: Duration::from_millis(100),
+        lock_attempts: 3,
+        ..UpgradeOptions::default()
+    };
+    let err = upgrade::contract(&mut upgrader, &schema, &options, &mut progress)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.kind().name(), "lock_timeout", "{text}");
+    assert!(
+        text.starts_with("gave up after 3 attempts over ")
+            && text.contains("(each waiting at most 100ms, its lock_timeout)"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("session {pid} ")), "{text}");
+    assert!(
+        text.contains("already done, and kept: 1 step run, 1 backfill batch committed (1 row)")
+            && text.contains("resumes at the step that failed"),
+        "{text}"
+    );
+    assert!(!text.contains("nothing was changed"), "{text}");
+    let lines: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Progress::LockRetry { .. }))
+        .map(Progress::line)
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (attempt, line) in lines.iter().enumerate() {
+        assert!(
+            line.contains(&format!(
+                "gave up waiting for the lock (attempt {}) after 100ms, {} attempt",
+                attempt + 1,
+                2 - attempt
+            )) && line.contains(&format!("session {pid} ")),
+            "{line}"
+        );
+    }
+    let reader = holding.await.unwrap();
+    exec(&reader, "ROLLBACK").await;
+    let outcome = upgrade::contract(&mut upgrader, &schema, &options, &mut quiet)
+        .await
+        .unwrap_or_else(|e| panic!("the rerun: {e}"));
+    assert!(!outcome.contract_pending(), "{}", outcome.message());
+}
+
+/// A role that owns nothing is told to run the upgrade as the owner, or to
+/// have the owner run what `upgrade --dry-run` prints (the bootstrap's
+/// `schema-gen sql | psql` would fail on a version-1 database), and that
+/// remedy works: the owner's psql run of the printed steps expands it.
+#[test]
+fn the_privilege_error_of_an_upgrade_gives_the_remedy_that_works() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let rt = harness::cli::runtime();
+    let schema = harness::unique_schema_name("up_remedy");
+    let role = harness::unique_name("up_app");
+    rt.block_on(async {
+        let admin = harness::connect().await;
+        create_version(&admin, &schema, 1).await;
+        exec(
+            &admin,
+            &format!(
+                "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA {schema} TO {role}; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"
+            ),
+        )
+        .await;
+    });
+    let ran = harness::cli::run(&[
+        "upgrade",
+        "--database-url",
+        &harness::url_for_role(&role),
+        "--schema",
+        schema.as_str(),
+    ]);
+    assert_eq!(ran.code, std::process::ExitCode::from(2), "{}", ran.stderr);
+    let line = ran.stderr.trim_end();
+    assert!(
+        line.starts_with(&format!("schema-gen: role {role} lacks ")),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "run `schema-gen upgrade --schema {schema}` as the role that owns them, or have that \
+             role run with psql the steps `schema-gen upgrade --dry-run --schema {schema}` prints"
+        )),
+        "{line}"
+    );
+    assert!(!line.contains("schema-gen sql"), "{line}");
+    assert!(line.ends_with("nothing was changed"), "{line}");
+
+    let url = harness::database_url();
+    let plan = harness::cli::run(&[
+        "upgrade",
+        "--dry-run",
+        "--database-url",
+        &url,
+        "--schema",
+        schema.as_str(),
+    ]);
+    assert_eq!(
+        plan.code,
+        std::process::ExitCode::SUCCESS,
+        "{}",
+        plan.stderr
+    );
+    let applied = harness::psql_script(&url, &plan.stdout);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    rt.block_on(async {
+        let admin = harness::connect().await;
+        let status = check::status(&admin, &schema, &Options::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            status.state,
+            VersionState::ContractPending,
+            "{}",
+            status.message
+        );
+        exec(
+            &admin,
+            &format!("DROP SCHEMA {schema} CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"),
+        )
+        .await;
+    });
+}
+
+/// `--lock-timeout` at its documented maximum works for `upgrade` and
+/// `upgrade --contract` (each step's statement bound is the lock bound plus
+/// an allowance, clamped to what PostgreSQL takes, never past it).
+#[test]
+fn an_upgrade_runs_at_the_longest_lock_timeout() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let schema = harness::unique_schema_name("up_maxwait");
+    harness::cli::runtime().block_on(async {
+        create_version(&harness::connect().await, &schema, 1).await;
+    });
+    let url = harness::database_url();
+    for extra in [None, Some("--contract")] {
+        let mut args = vec![
+            "upgrade",
+            "--lock-timeout",
+            "2147483647ms",
+            "--database-url",
+            &url,
+            "--schema",
+            schema.as_str(),
+        ];
+        args.extend(extra);
+        let ran = harness::cli::run(&args);
+        assert_eq!(
+            ran.code,
+            std::process::ExitCode::SUCCESS,
+            "{args:?}: {}",
+            ran.stderr
+        );
+    }
+    let ran = harness::cli::run(&["check", "--database-url", &url, "--schema", schema.as_str()]);
+    assert!(ran.stdout.contains("matches the model"), "{}", ran.stdout);
+}
+
+/// An upgrade whose connection is lost after steps committed says which
+/// stay done and that a rerun resumes (it said "nothing was changed"), and
+/// the rerun does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_upgrade_says_what_stays_done() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = harness::unique_schema_name("up_cut");
+    create_version(&client, &schema, 1).await;
+    let mut upgrader = harness::connect().await;
+    let pid: i32 = upgrader
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let (second_done, mut cut_now) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (cut, wait_for_cut) = std::sync::mpsc::channel::<()>();
+    let cutting = tokio::spawn(async move {
+        if cut_now.recv().await.is_some() {
+            exec(
+                &client,
+                &format!("SELECT pg_terminate_backend({pid}, 10000)"),
+            )
+            .await;
+            let _ = cut.send(());
+        }
+    });
+    let mut steps = 0;
+    let mut progress = move |event: &Progress| {
+        if let Progress::StepDone { .. } = event {
+            steps += 1;
+            if steps == 2 {
+                let _ = second_done.send(());
+                let _ = wait_for_cut.recv_timeout(Duration::from_secs(60));
+            }
+        }
+    };
+    let err = upgrade::upgrade(
+        &mut upgrader,
+        &schema,
+        &UpgradeOptions::default(),
+        &mut progress,
+    )
+    .await
+    .unwrap_err();
+    cutting.await.unwrap();
+    let text = err.to_string();
+    assert_eq!(err.kind().name(), "connection", "{text}");
+    assert!(
+        text.contains("already done, and kept: 2 steps run;")
+            && text.contains("resumes at the step that failed"),
+        "{text}"
+    );
+    assert!(!text.contains("nothing was changed"), "{text}");
+    let mut upgrader = harness::connect().await;
+    let mut quiet = |_: &Progress| {};
+    let outcome = upgrade::upgrade(
+        &mut upgrader,
+        &schema,
+        &UpgradeOptions::default(),
+        &mut quiet,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the rerun: {e}"));
+    // The two it ran, and the version table (created by the leg that
+    // records version 1, found done as every run finds it).
+    assert_eq!(outcome.steps_skipped, 3, "{}", outcome.message());
 }

@@ -28,8 +28,10 @@
 //! `schema_gen::schema_model` (names, tables, the typed identifiers), the
 //! schema name as [`SchemaName`], and the value shapes, with their fields,
 //! beside the statements ([`statements::Job`], ...). [`statements::Session`] prepares the
-//! statements once per connection and runs them typed; its docs hold a
-//! whole engine program (`examples/engine.rs`).
+//! statements once per physical connection (or sends them unnamed behind a
+//! transaction pooler, [`pooler`]) and runs them typed, on a connection of
+//! its own or a pool's ([`pool`]); its docs hold a whole engine program
+//! (`examples/engine.rs`).
 
 #![deny(missing_docs)]
 
@@ -59,6 +61,8 @@ pub mod describe;
 pub mod difference;
 pub mod error;
 pub mod options;
+pub mod pool;
+pub mod pooler;
 pub mod render;
 pub mod statements;
 pub mod upgrade;

@@ -37,6 +37,7 @@
 mod holders;
 mod query;
 mod read;
+mod sessions;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,8 @@ pub(crate) use holders::{explain, holders, lock_holders};
 pub use query::{batch, statement};
 pub(crate) use read::parse;
 pub use read::{read, read_with};
+pub use sessions::LiveSession;
+pub(crate) use sessions::sessions;
 
 /// One schema's catalog as PostgreSQL reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

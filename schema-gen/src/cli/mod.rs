@@ -51,6 +51,7 @@ Examples:
                                               version, as a psql script (nothing is changed)
   schema-gen upgrade                          run them online, with progress; the older engines keep working
   schema-gen upgrade --contract               once no older engine runs: remove what only they needed
+                                              (refused, naming them, while one is connected)
 
   schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
                                               the session that holds it)

@@ -33,6 +33,10 @@ pub(crate) struct Context {
     /// ([`crate::catalog::explain`]).
     pub role: Option<String>,
     pub schema: SchemaName,
+    /// For the steps of an upgrade: the command that runs them
+    /// (`schema-gen upgrade --contract`), whose remedy a privilege error
+    /// gives; `None` for bootstrap and the catalog reads.
+    pub upgrade: Option<String>,
 }
 
 impl Context {
@@ -41,6 +45,7 @@ impl Context {
         Self {
             role: None,
             schema: schema.clone(),
+            upgrade: None,
         }
     }
 
@@ -49,6 +54,33 @@ impl Context {
         Self {
             role: Some(role.to_owned()),
             schema: schema.clone(),
+            upgrade: None,
+        }
+    }
+
+    /// The steps of an upgrade run by `command` (`schema-gen upgrade`, with
+    /// `--contract` for a contract).
+    pub(crate) fn upgrading(mut self, command: String) -> Self {
+        self.upgrade = Some(command);
+        self
+    }
+
+    /// What a role that lacks a privilege should do.
+    fn privilege_remedy(&self) -> String {
+        let schema = &self.schema;
+        match &self.upgrade {
+            // `schema-gen sql | psql` would fail on an older version (it
+            // creates this release's shape, whose new columns the old
+            // tables lack): the upgrade's own steps are the remedy.
+            Some(command) => format!(
+                "an upgrade alters the schema's tables, which only their owner may do: run \
+                 `{command} --schema {schema}` as the role that owns them, or have that role \
+                 run with psql the steps `{command} --dry-run --schema {schema}` prints"
+            ),
+            None => format!(
+                "grant it, or have a DBA apply the schema once with `schema-gen sql --schema \
+                 {schema} | psql -v ON_ERROR_STOP=1`"
+            ),
         }
     }
 }
@@ -123,6 +155,9 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
     } else if is_connection_loss(&err) {
         let committed = if step.in_transaction {
             "nothing was committed (bootstrap runs in one transaction)"
+        } else if context.upgrade.is_some() {
+            // The step's commit may have reached the server or not.
+            "whether this step completed, the rerun finds in the catalog before it runs it"
         } else {
             "nothing was changed"
         };
@@ -143,6 +178,7 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
                 .clone()
                 .unwrap_or_else(|| format!("a privilege needed for {}", step.doing)),
             schema: context.schema.clone(),
+            remedy: context.privilege_remedy(),
             detail: err
                 .as_db_error()
                 .map(|db| one_line(db.message()))
@@ -160,6 +196,7 @@ pub(crate) fn classify(err: tokio_postgres::Error, step: &Step, context: &Contex
             holders: Vec::new(),
             timeout: step.timeout.unwrap_or(crate::options::DEFAULT_LOCK_TIMEOUT),
             in_transaction: step.in_transaction,
+            tries: None,
             source: err,
         }
     } else {

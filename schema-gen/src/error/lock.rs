@@ -2,6 +2,7 @@
 //! words of a lock timeout.
 
 use std::fmt;
+use std::time::Duration;
 
 use schema_model::SchemaName;
 use serde::{Deserialize, Serialize};
@@ -140,6 +141,28 @@ impl fmt::Display for LockHolder {
     }
 }
 
+/// How often a wait was tried before it was given up, and over how long
+/// (from the first attempt's start to the last one's end, pauses included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Tries {
+    /// Attempts made, each waiting at most the `lock_timeout`.
+    pub attempts: u32,
+    /// The time they took in all.
+    pub over: Duration,
+}
+
+/// A span for people: `850ms`, `4.2s`, `35s`.
+pub(crate) fn span_words(span: Duration) -> String {
+    let ms = span.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 10_000 {
+        format!("{:.1}s", span.as_secs_f64())
+    } else {
+        format!("{}s", span.as_secs())
+    }
+}
+
 pub(super) fn lock_timeout_message(kind: &ErrorKind) -> String {
     let ErrorKind::LockTimeout {
         doing,
@@ -148,6 +171,7 @@ pub(super) fn lock_timeout_message(kind: &ErrorKind) -> String {
         holders,
         timeout,
         in_transaction,
+        tries,
         ..
     } = kind
     else {
@@ -164,10 +188,19 @@ pub(super) fn lock_timeout_message(kind: &ErrorKind) -> String {
         }
         _ => waiting_for.clone(),
     };
-    let mut text = format!(
-        "gave up after {} (lock_timeout) {doing}: waiting for {what}",
-        duration_words(*timeout)
-    );
+    let mut text = match tries {
+        Some(tries) if tries.attempts > 1 => format!(
+            "gave up after {} attempts over {} (each waiting at most {}, its lock_timeout) \
+             {doing}: waiting for {what}",
+            tries.attempts,
+            span_words(tries.over),
+            duration_words(*timeout)
+        ),
+        _ => format!(
+            "gave up after {} (lock_timeout) {doing}: waiting for {what}",
+            duration_words(*timeout)
+        ),
+    };
     if !holders.is_empty() {
         let list: Vec<String> = holders.iter().map(ToString::to_string).collect();
         text.push_str(&format!("; {}", list.join("; ")));

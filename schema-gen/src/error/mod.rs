@@ -9,6 +9,7 @@
 //! name ([`ErrorKind::name`]): the JSON `kind` of the CLI.
 
 mod classify;
+mod engines;
 mod lock;
 
 use std::fmt;
@@ -19,12 +20,14 @@ use serde::Serialize;
 
 use crate::difference::Difference;
 use crate::options::duration_words;
+use engines::older_engines_message;
 use lock::lock_timeout_message;
 
 #[cfg(feature = "connect")]
 pub(crate) use classify::detail;
 pub(crate) use classify::{Context, Step, classify, one_line};
-pub use lock::{LockHolder, LockTarget};
+pub use engines::EngineSession;
+pub use lock::{LockHolder, LockTarget, Tries};
 
 /// Why bootstrap, verification, an upgrade or a database command failed.
 ///
@@ -86,17 +89,20 @@ pub enum ErrorKind {
     },
     /// The role lacks a privilege that the step needs. Nothing was changed.
     #[error(
-        "role {role} lacks {privilege} (PostgreSQL said: {detail}): grant it, or have a DBA \
-         apply the schema once with `schema-gen sql --schema {schema} | psql -v ON_ERROR_STOP=1`; \
-         nothing was changed"
+        "role {role} lacks {privilege} (PostgreSQL said: {detail}): {remedy}; nothing was changed"
     )]
     Privilege {
         /// The role that ran the step (`current_user`).
         role: String,
         /// The missing privilege, e.g. `CREATE on database app`.
         privilege: String,
-        /// The engine schema being bootstrapped.
+        /// The engine schema being bootstrapped or upgraded.
         schema: SchemaName,
+        /// What to do, for what was being done: for a bootstrap, grant it
+        /// or have a DBA apply the printed script once; for an upgrade
+        /// (which alters the tables, so needs their owner), run it as the
+        /// owner, or have the owner run the steps `upgrade --dry-run` prints.
+        remedy: String,
         /// The server's message.
         detail: String,
         /// The driver's error.
@@ -144,6 +150,9 @@ pub enum ErrorKind {
         timeout: Duration,
         /// Whether the step ran in the bootstrap transaction (now rolled back).
         in_transaction: bool,
+        /// For a wait tried several times (an upgrade step, a backfill
+        /// batch): how many attempts, over how long; `timeout` is each one's.
+        tries: Option<Tries>,
         /// The driver's error.
         #[source]
         source: tokio_postgres::Error,
@@ -365,6 +374,61 @@ pub enum ErrorKind {
         /// How long it waited.
         waited: Duration,
     },
+    /// The contract would remove what engines of older versions rely on,
+    /// and sessions of such engines are connected (told by their
+    /// `application_name`, or by their last statement being one only an
+    /// older release runs). Refused unless allowed
+    /// ([`UpgradeOptions::allow_older_engines`](crate::upgrade::UpgradeOptions::allow_older_engines)).
+    /// Nothing was changed.
+    #[error("{}", older_engines_message(self))]
+    OlderEngines {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The engines older than this version break.
+        version: u32,
+        /// The sessions found.
+        sessions: Vec<EngineSession>,
+        /// What fails for them after the contract, in words (`inserts into
+        /// jobs (null value in column "ready")`).
+        breaks: Vec<String>,
+        /// Sessions of other roles whose release could not be told.
+        unseen: usize,
+    },
+    /// The connection an upgrade was given does not keep a server session
+    /// of its own between transactions: it goes through a pooler in
+    /// transaction or statement pooling mode
+    /// ([`pooler`](crate::pooler)). Refused before anything was read or
+    /// locked.
+    #[error(
+        "an upgrade of schema {schema} needs a server session of its own for its whole run (its \
+         lock, the settings of its CONCURRENTLY steps), and the connection to {server} does not \
+         keep one between transactions: it goes through a connection pooler in transaction or \
+         statement pooling mode (pgbouncer with pool_mode = transaction or statement, for one): \
+         {evidence}; nothing was read, locked or changed: point the database URL at PostgreSQL \
+         itself (or at a pool in session mode) and run it again"
+    )]
+    Pooled {
+        /// The engine schema.
+        schema: SchemaName,
+        /// Where the connection went (`127.0.0.1:6432/app as app`).
+        server: String,
+        /// What the probe saw, in words ([`Evidence`](crate::pooler::Evidence)).
+        evidence: String,
+    },
+    /// The server session of an upgrade's connection changed between its
+    /// steps (a pooler the probe did not catch), or its upgrade lock is no
+    /// longer held: the upgrade stopped before its next step.
+    #[error("{}", session_changed_message(schema, *took, *now, *held))]
+    SessionChanged {
+        /// The engine schema.
+        schema: SchemaName,
+        /// The backend pid that took the upgrade lock.
+        took: i32,
+        /// The backend pid the connection runs on now.
+        now: i32,
+        /// Whether that backend holds the upgrade lock.
+        held: bool,
+    },
     /// The upgrade steps ran, but the catalog is not the shape they should
     /// make: something in the database changes objects as they are altered
     /// (an event trigger?), or another session changed them meanwhile. What
@@ -412,6 +476,9 @@ impl ErrorKind {
             Self::InconsistentVersions { .. } => "inconsistent_versions",
             Self::ConcurrentChange { .. } => "concurrent_change",
             Self::Blocked { .. } => "blocked",
+            Self::OlderEngines { .. } => "older_engines",
+            Self::Pooled { .. } => "pooled",
+            Self::SessionChanged { .. } => "session_changed",
             Self::UpgradeDiffers { .. } => "upgrade_differs",
             Self::Defect { .. } => "defect",
         }
@@ -482,6 +549,15 @@ impl Error {
         self
     }
 
+    /// The same error, when it is a [`ErrorKind::LockTimeout`], with the
+    /// attempts made before it was given up.
+    pub(crate) fn with_tries(mut self, made: Tries) -> Self {
+        if let ErrorKind::LockTimeout { tries, .. } = &mut *self.kind {
+            *tries = Some(made);
+        }
+        self
+    }
+
     /// Whether this is a [`ErrorKind::Privilege`] whose role is not known
     /// yet (the failure came before the catalog named it).
     pub(crate) fn lacks_role(&self) -> bool {
@@ -498,8 +574,69 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    /// The kind's message; for an upgrade's failure, also what it had
+    /// already done and that a rerun resumes ([`Done::words`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.kind, f)
+        match &self.done {
+            Some(done) if done.changed_anything() => write!(
+                f,
+                "{}; {}",
+                self.kind
+                    .to_string()
+                    .replace(NOTHING_CHANGED, "this step changed nothing"),
+                done.words()
+            ),
+            _ => fmt::Display::fmt(&self.kind, f),
+        }
+    }
+}
+
+/// What a kind's message says when the call changed nothing; an upgrade's
+/// failure after steps that stay done says it of the failed step only.
+const NOTHING_CHANGED: &str = "nothing was changed";
+
+impl Done {
+    /// What stays done, and that a rerun resumes: `already done, and kept:
+    /// 3 steps run (1 found done), 4 backfill batches (3998 rows), 1 version
+    /// phase recorded; run the same command again: it skips what is done
+    /// and resumes here`.
+    ///
+    /// ```
+    /// use schema_gen::error::Done;
+    ///
+    /// let done = Done { steps_run: 2, batches: 3, rows: 2500, ..Done::default() };
+    /// assert_eq!(
+    ///     done.words(),
+    ///     "already done, and kept: 2 steps run, 3 backfill batches committed (2500 rows); \
+    ///      run the same command again: it skips what is done and resumes at the step that failed"
+    /// );
+    /// ```
+    pub fn words(&self) -> String {
+        let plural =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut parts = vec![plural(self.steps_run as u64, "step run", "steps run")];
+        if self.steps_skipped > 0 {
+            parts[0].push_str(&format!(" ({} found done)", self.steps_skipped));
+        }
+        if self.batches > 0 {
+            parts.push(format!(
+                "{} committed ({})",
+                plural(self.batches, "backfill batch", "backfill batches"),
+                plural(self.rows, "row", "rows")
+            ));
+        }
+        if self.recorded > 0 {
+            parts.push(plural(
+                self.recorded as u64,
+                "version phase recorded",
+                "version phases recorded",
+            ));
+        }
+        format!(
+            "already done, and kept: {}; run the same command again: it skips what is done and \
+             resumes at the step that failed",
+            parts.join(", ")
+        )
     }
 }
 
@@ -545,6 +682,24 @@ fn drift_message(schema: &SchemaName, differences: &[Difference], nearest: Optio
         differences.len(),
         if differences.len() == 1 { "" } else { "s" },
         list.join("; ")
+    )
+}
+
+fn session_changed_message(schema: &SchemaName, took: i32, now: i32, held: bool) -> String {
+    if took == now && !held {
+        return format!(
+            "the upgrade lock of schema {schema} is no longer held by this connection's session \
+             {now} (something released it): stopped before the next step, so that no other \
+             upgrade runs beside it; run the upgrade again"
+        );
+    }
+    format!(
+        "the server session under the upgrade of schema {schema} changed: session {took} took the \
+         upgrade lock, and the connection now runs on session {now}, so a connection pooler in \
+         transaction or statement pooling mode sits between schema-gen and PostgreSQL; stopped \
+         before the next step; the upgrade lock stays with session {took} as long as the pooler \
+         keeps that server connection open: from a direct connection, end it with SELECT \
+         pg_terminate_backend({took}), then run the upgrade there"
     )
 }
 

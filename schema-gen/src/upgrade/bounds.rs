@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use schema_model::Layout;
+
 use crate::options::{Bounds, STATEMENT_ALLOWANCE};
 use crate::versions::Wait;
 
@@ -28,11 +30,22 @@ pub struct UpgradeOptions {
     pub statement_timeout: Duration,
     /// Keys per backfill batch (one transaction each).
     pub batch_size: u32,
+    /// Where the family lives ([`Layout::SingleServer`] by default): the
+    /// catalog reads ask the Citus question under
+    /// [`Layout::CitusSchemaSharding`] (on a coordinator only; a schema
+    /// distributed otherwise is drift), and a schema the upgrade creates is
+    /// created under it.
+    pub layout: Layout,
+    /// Run the contract even while sessions of older releases are connected
+    /// (`--allow-older-engines`): they fail once it has run. By default the
+    /// contract refuses, naming them ([`ErrorKind::OlderEngines`](crate::error::ErrorKind::OlderEngines)).
+    pub allow_older_engines: bool,
 }
 
 impl Default for UpgradeOptions {
     /// 1 s per lock attempt, 20 attempts, 10 minutes for the waits that
-    /// block nobody, 1 hour per statement, batches of 10,000 keys.
+    /// block nobody, 1 hour per statement, batches of 10,000 keys, a single
+    /// server, and a contract that refuses while older engines are connected.
     fn default() -> Self {
         Self {
             lock_timeout: Duration::from_secs(1),
@@ -40,6 +53,8 @@ impl Default for UpgradeOptions {
             wait_timeout: Duration::from_secs(600),
             statement_timeout: Duration::from_secs(3600),
             batch_size: 10_000,
+            layout: Layout::SingleServer,
+            allow_older_engines: false,
         }
     }
 }
@@ -104,6 +119,41 @@ impl UpgradeOptions {
         StepBounds {
             bounds: Bounds::new(lock, statement),
             attempts,
+        }
+    }
+}
+
+impl UpgradeOptions {
+    /// The `SET LOCAL` statements that open each transaction of an upgrade
+    /// (executor and dry run alike): `bounds`, and first, under the Citus
+    /// layout, `citus.propagate_set_commands = 'local'`, so that Citus sends
+    /// them on to the worker's part of the transaction: without it a step's
+    /// lock wait on the shard (behind a worker's autovacuum, say) would be
+    /// bounded by nothing but the coordinator's `statement_timeout`, while
+    /// the coordinator holds the table's lock and the engine queues behind.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use schema_gen::options::Bounds;
+    /// use schema_gen::schema_model::Layout;
+    /// use schema_gen::upgrade::UpgradeOptions;
+    ///
+    /// let bounds = Bounds::new(Duration::from_secs(1), Duration::from_secs(11));
+    /// let citus = UpgradeOptions { layout: Layout::CitusSchemaSharding, ..UpgradeOptions::default() };
+    /// assert_eq!(
+    ///     citus.set_local(&bounds),
+    ///     "SET LOCAL citus.propagate_set_commands = 'local'; \
+    ///      SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '11s'"
+    /// );
+    /// assert_eq!(UpgradeOptions::default().set_local(&bounds), bounds.set_local());
+    /// ```
+    pub fn set_local(&self, bounds: &Bounds) -> String {
+        match self.layout {
+            Layout::SingleServer => bounds.set_local(),
+            Layout::CitusSchemaSharding => format!(
+                "SET LOCAL citus.propagate_set_commands = 'local'; {}",
+                bounds.set_local()
+            ),
         }
     }
 }

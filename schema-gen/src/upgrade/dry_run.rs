@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use schema_model::{SchemaName, SchemaVersions, TableModel};
+use schema_model::{Layout, SchemaName, SchemaVersions, TableModel};
 
 use super::walk::{Backend, walk};
 use super::{StepBounds, UpgradeOptions};
@@ -40,15 +40,19 @@ pub struct DryRun {
 
 /// The dry run of a schema that does not exist yet (or lacks tables): the
 /// upgrade creates it, which is the bootstrap script.
-pub(super) fn creates(schema: &SchemaName, verdict: &Verdict) -> DryRun {
+pub(super) fn creates(schema: &SchemaName, verdict: &Verdict, layout: Layout) -> DryRun {
+    let flag = match layout {
+        Layout::SingleServer => String::new(),
+        Layout::CitusSchemaSharding => format!(" --layout {}", layout.name()),
+    };
     DryRun {
         before: verdict.span_or_zero(),
         steps: Vec::new(),
         script: format!(
             "-- schema {schema} does not exist yet: the upgrade creates it at version {}, which \
-             is `schema-gen sql --schema {schema}`.\n{}",
+             is `schema-gen sql{flag} --schema {schema}`.\n{}",
             verdict.target,
-            render::script(schema)
+            render::script_for(schema, layout)
         ),
     }
 }
@@ -126,7 +130,11 @@ impl Printer<'_> {
 impl Printer<'_> {
     fn transaction(&mut self, title: &str, statements: &[String], wait: Wait) {
         let StepBounds { bounds, .. } = self.options.bounds(wait);
-        let _ = writeln!(self.out, "-- {title}\nBEGIN;\n{};", bounds.set_local());
+        let _ = writeln!(
+            self.out,
+            "-- {title}\nBEGIN;\n{};",
+            self.options.set_local(&bounds)
+        );
         for sql in statements {
             let _ = writeln!(self.out, "{sql};");
         }

@@ -69,8 +69,10 @@
 
 mod bounds;
 mod dry_run;
+mod engines;
 mod executor;
 mod progress;
+mod session;
 mod walk;
 
 use serde::Serialize;
@@ -92,7 +94,9 @@ use crate::versions::{History, Itinerary, Standing};
 pub use crate::versions::{Action, Phase, Span, Step, TableLock};
 pub use bounds::{StepBounds, UpgradeOptions};
 pub use dry_run::DryRun;
+pub use engines::APPLICATION_PREFIX;
 pub use progress::Progress;
+pub use session::{PROBE_TIMEOUT, require_session};
 
 /// What an upgrade or a contract did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -270,8 +274,21 @@ impl<'a> Upgrader<'a> {
     fn catalog_options(&self) -> Options {
         Options {
             lock_timeout: self.options.lock_timeout,
-            ..Options::default()
+            layout: self.options.layout,
         }
+    }
+
+    /// The command line that runs this upgrade (`schema-gen upgrade
+    /// --layout citus --contract`), for the remedies errors give.
+    fn command(&self, contract: bool) -> String {
+        let mut command = "schema-gen upgrade".to_owned();
+        if self.options.layout.is_citus() {
+            command.push_str(&format!(" --layout {}", self.options.layout.name()));
+        }
+        if contract {
+            command.push_str(" --contract");
+        }
+        command
     }
 
     async fn inspect(&self, client: &Client, schema: &SchemaName) -> Result<Inspection, Error> {
@@ -299,7 +316,7 @@ impl<'a> Upgrader<'a> {
             return self.create(client, schema).await;
         }
         let lock = executor::UpgradeLock::take(client, schema).await?;
-        let result = self.walk(client, schema, false, progress).await;
+        let result = self.walk((client, &lock), schema, false, progress).await;
         lock.release(client).await;
         result
     }
@@ -316,7 +333,7 @@ impl<'a> Upgrader<'a> {
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<UpgradeOutcome, Error> {
         let lock = executor::UpgradeLock::take(client, schema).await?;
-        let result = self.walk(client, schema, true, progress).await;
+        let result = self.walk((client, &lock), schema, true, progress).await;
         lock.release(client).await;
         result
     }
@@ -337,7 +354,11 @@ impl<'a> Upgrader<'a> {
             inspection.verdict.standing,
             Standing::Absent | Standing::Unversioned
         ) {
-            return Ok(dry_run::creates(schema, &inspection.verdict));
+            return Ok(dry_run::creates(
+                schema,
+                &inspection.verdict,
+                self.options.layout,
+            ));
         }
         let itinerary = self.itinerary(schema, &inspection, contract)?;
         Ok(dry_run::print(schema, &inspection.live, &itinerary, self.options).await)
@@ -431,19 +452,33 @@ impl<'a> Upgrader<'a> {
     /// itinerary with the executor, and checks what the steps made.
     async fn walk(
         &self,
-        client: &Client,
+        (client, lock): (&Client, &executor::UpgradeLock),
         schema: &SchemaName,
         contract: bool,
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<UpgradeOutcome, Error> {
         let inspection = self.inspect(client, schema).await?;
         let itinerary = self.itinerary(schema, &inspection, contract)?;
+        if let Some((version, breaks)) = engines::breaks(&itinerary) {
+            let (sessions, unseen) = engines::older_than(client, schema, version).await?;
+            if !sessions.is_empty() && !self.options.allow_older_engines {
+                return Err(ErrorKind::OlderEngines {
+                    schema: schema.clone(),
+                    version,
+                    sessions,
+                    breaks,
+                    unseen,
+                }
+                .into());
+            }
+            engines::report(progress, sessions, unseen);
+        }
         let mut executor = executor::Executor::new(
-            client,
+            (client, lock),
             schema,
             self.options,
             self.catalog_options(),
-            &inspection.live.role,
+            (&inspection.live.role, self.command(contract)),
             progress,
         );
         let walked = walk::walk(&itinerary, &mut executor).await;

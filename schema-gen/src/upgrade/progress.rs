@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::error::{EngineSession, LockHolder};
 use crate::versions::{Phase, Step};
 
 /// What an upgrade reports while it runs.
@@ -38,6 +39,14 @@ pub enum Progress {
         step: Step,
         /// The attempt that gave up (from 1).
         attempt: u32,
+        /// The attempts it may make in all.
+        of: u32,
+        /// How long each attempt waits at most (its `lock_timeout`), in
+        /// milliseconds.
+        waited_ms: u64,
+        /// The sessions that held, or were queued ahead for, a lock on the
+        /// table when the attempt gave up, as far as the role may see them.
+        holders: Vec<LockHolder>,
     },
     /// A step waits (without queueing anyone) for another session to
     /// release a lock stronger than the engine's on its table.
@@ -67,6 +76,19 @@ pub enum Progress {
         /// Keys to walk in all.
         keys_total: i64,
     },
+    /// The contract runs while sessions of older engines are connected
+    /// (allowed: [`UpgradeOptions::allow_older_engines`](super::UpgradeOptions::allow_older_engines)):
+    /// they fail from now on.
+    OlderEnginesConnected {
+        /// The sessions.
+        sessions: Vec<EngineSession>,
+    },
+    /// Before a contract: sessions of other roles whose release could not
+    /// be told (no release in `application_name`, statements hidden).
+    SessionsUnseen {
+        /// How many.
+        count: usize,
+    },
     /// A version's phase is done and recorded.
     Recorded {
         /// The version.
@@ -95,8 +117,30 @@ impl Progress {
                  (not queueing: the engine is not held up)"
             ),
             Self::Vacuumed { step } => format!("  vacuumed {} after the backfill", step.table),
-            Self::LockRetry { attempt, .. } => {
-                format!("  gave up waiting for the lock (attempt {attempt}); trying again shortly")
+            Self::LockRetry {
+                attempt,
+                of,
+                waited_ms,
+                holders,
+                ..
+            } => {
+                let who = if holders.is_empty() {
+                    "no other session held or awaited a lock on the table any more when \
+                     schema-gen looked"
+                        .to_owned()
+                } else {
+                    holders
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                };
+                let left = of.saturating_sub(*attempt);
+                format!(
+                    "  gave up waiting for the lock (attempt {attempt}) after {waited_ms}ms, {left} \
+                     attempt{} left: {who}; trying again shortly",
+                    if left == 1 { "" } else { "s" }
+                )
             }
             Self::Batch {
                 rows,
@@ -104,6 +148,22 @@ impl Progress {
                 keys_total,
                 ..
             } => format!("  {rows} rows; {keys_done} of {keys_total} keys"),
+            Self::OlderEnginesConnected { sessions } => format!(
+                "warning: contracting while engines of older versions are connected \
+                 (--allow-older-engines); their statements fail from now on: {}",
+                sessions
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            Self::SessionsUnseen { count } => format!(
+                "note: {count} session{} of other roles on this database could not be looked \
+                 into (no release in application_name, statements hidden from this role; \
+                 pg_read_all_stats shows them): if one is an engine of an older version, it \
+                 fails after the contract",
+                if *count == 1 { "" } else { "s" }
+            ),
             Self::Recorded { version, phase } => {
                 format!("version {version}: {} recorded", phase.word())
             }

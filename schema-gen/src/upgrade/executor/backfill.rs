@@ -3,11 +3,13 @@
 //! one statement (one transaction) per window, each under the bounds of
 //! [`Wait::Batches`] and tried again after a lock timeout.
 
+use std::time::Instant;
+
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::Executor;
-use crate::error::{Error, classify};
+use crate::error::{Error, Tries, classify};
 use crate::options::Bounds;
 use crate::upgrade::StepBounds;
 use crate::upgrade::bounds::backoff;
@@ -29,32 +31,54 @@ impl Executor<'_> {
         if let Err(err) = self.client.batch_execute(&bounds.set_session()).await {
             return Err(classify(err, &error_step, &self.context));
         }
-        let result = self.batches(step, batch, attempts).await;
+        let result = self.batches(step, batch, &bounds, attempts).await;
         let _ = self.client.batch_execute(Bounds::RESET).await;
         match result {
             Ok(changed) => Ok(changed),
-            Err(err) => Err(self.fail(err, &error_step).await),
+            Err((err, tries)) => {
+                let failed = self.fail(err, &error_step).await;
+                Err(match tries {
+                    Some(tries) => failed.with_tries(tries),
+                    None => failed,
+                })
+            }
         }
     }
 
+    /// The batches, each tried again after a lock timeout; a failure comes
+    /// with the attempts its batch made when it was a lock timeout.
     async fn batches(
         &mut self,
         step: &Step,
         batch: &BatchStatement,
+        bounds: &Bounds,
         attempts: u32,
-    ) -> Result<u64, tokio_postgres::Error> {
-        let bounds = self.client.query_one(&batch.bounds_sql(), &[]).await?;
-        let (Some(min), Some(max)) = (
-            bounds.try_get::<_, Option<i64>>(0)?,
-            bounds.try_get::<_, Option<i64>>(1)?,
-        ) else {
+    ) -> Result<u64, (tokio_postgres::Error, Option<Tries>)> {
+        let keys = self
+            .client
+            .query_one(&batch.bounds_sql(), &[])
+            .await
+            .map_err(|e| (e, None))?;
+        let range = (|| {
+            Ok::<_, tokio_postgres::Error>((
+                keys.try_get::<_, Option<i64>>(0)?,
+                keys.try_get::<_, Option<i64>>(1)?,
+            ))
+        })()
+        .map_err(|e| (e, None))?;
+        let (Some(min), Some(max)) = range else {
             return Ok(0);
         };
         let mut changed = 0;
-        let prepared = self.client.prepare(&batch.sql).await?;
+        let prepared = self
+            .client
+            .prepare(&batch.sql)
+            .await
+            .map_err(|e| (e, None))?;
         let size = i64::from(self.options.batch_size.max(1));
         let mut lo = min;
         let mut attempt = 1;
+        let mut started = Instant::now();
         while lo <= max {
             let hi = lo.saturating_add(size);
             let values = batch.values(lo, hi, unix_now());
@@ -63,6 +87,7 @@ impl Executor<'_> {
             match self.client.execute(&prepared, &params).await {
                 Ok(rows) => {
                     attempt = 1;
+                    started = Instant::now();
                     lo = hi;
                     changed += rows;
                     self.done.batches += 1;
@@ -74,17 +99,19 @@ impl Executor<'_> {
                         keys_total: max - min + 1,
                     });
                 }
-                Err(err)
-                    if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) && attempt < attempts =>
-                {
-                    (self.progress)(&Progress::LockRetry {
-                        step: step.clone(),
-                        attempt,
-                    });
+                Err(err) if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                    if attempt >= attempts {
+                        let tries = Tries {
+                            attempts: attempt,
+                            over: started.elapsed(),
+                        };
+                        return Err((err, Some(tries)));
+                    }
+                    self.report_retry(step, attempt, attempts, bounds).await;
                     tokio::time::sleep(backoff(attempt)).await;
                     attempt += 1;
                 }
-                Err(err) => return Err(err),
+                Err(err) => return Err((err, None)),
             }
         }
         Ok(changed)

@@ -18,7 +18,9 @@ use super::progress::Progress;
 use super::walk::Backend;
 use super::{StepBounds, UpgradeOptions};
 use crate::catalog;
-use crate::error::{Context, Done, Error, ErrorKind, LockTarget, Step as ErrorStep, classify};
+use crate::error::{
+    Context, Done, Error, ErrorKind, LockTarget, Step as ErrorStep, Tries, classify,
+};
 use crate::options::Bounds;
 use crate::options::Options;
 use crate::versions::done::done;
@@ -32,9 +34,12 @@ pub(super) fn release() -> String {
     crate::render::record::release()
 }
 
-/// Runs legs on one connection.
+/// Runs legs on one connection, checking before each that the connection's
+/// session still holds the upgrade lock.
 pub(super) struct Executor<'a> {
     client: &'a Client,
+    /// The upgrade lock, checked before each leg.
+    lock: &'a UpgradeLock,
     schema: &'a SchemaName,
     options: &'a UpgradeOptions,
     /// The bounds of the catalog reads between steps.
@@ -45,21 +50,23 @@ pub(super) struct Executor<'a> {
 }
 
 impl<'a> Executor<'a> {
-    /// An executor for `schema` on `client`, run by `role`.
+    /// An executor for `schema` on `client`, run by `role` through
+    /// `command` (`schema-gen upgrade --contract`: the remedy errors give).
     pub(super) fn new(
-        client: &'a Client,
+        (client, lock): (&'a Client, &'a UpgradeLock),
         schema: &'a SchemaName,
         options: &'a UpgradeOptions,
         catalog: Options,
-        role: &str,
+        (role, command): (&str, String),
         progress: &'a mut (dyn FnMut(&Progress) + Send),
     ) -> Self {
         Self {
             client,
+            lock,
             schema,
             options,
             catalog,
-            context: Context::of(role, schema),
+            context: Context::of(role, schema).upgrading(command),
             done: Done::default(),
             progress,
         }
@@ -104,27 +111,22 @@ impl<'a> Executor<'a> {
         step: Option<&Step>,
     ) -> Result<(), Error> {
         let StepBounds { bounds, attempts } = self.options.bounds(wait);
-        let batch = format!(
-            "BEGIN; {};\n{};\nCOMMIT",
-            bounds.set_local(),
-            statements.join(";\n")
-        );
         let mut attempt = 1;
+        let started = Instant::now();
         loop {
             if let (Wait::Brief, Some(step)) = (wait, step) {
                 self.until_no_one_else_alters(step, doing).await?;
             }
-            let Err(err) = self.client.batch_execute(&batch).await else {
+            let opening = self.options.set_local(&bounds);
+            let Err(err) = send_transaction(self.client, &opening, statements).await else {
                 return Ok(());
             };
             // Ends the failed transaction; a lost connection ends it too.
             let _ = self.client.batch_execute("ROLLBACK").await;
-            if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) && attempt < attempts {
+            let timed_out = err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
+            if timed_out && attempt < attempts {
                 if let Some(step) = step {
-                    (self.progress)(&Progress::LockRetry {
-                        step: step.clone(),
-                        attempt,
-                    });
+                    self.report_retry(step, attempt, attempts, &bounds).await;
                 }
                 tokio::time::sleep(backoff(attempt)).await;
                 attempt += 1;
@@ -132,8 +134,33 @@ impl<'a> Executor<'a> {
             }
             let target = step.map(|s| self.target(&s.table));
             let error_step = self.error_step(doing, target, &bounds);
-            return Err(self.fail(err, &error_step).await);
+            let failed = self.fail(err, &error_step).await;
+            return Err(if timed_out {
+                failed.with_tries(Tries {
+                    attempts: attempt,
+                    over: started.elapsed(),
+                })
+            } else {
+                failed
+            });
         }
+    }
+
+    /// Reports that `attempt` of `of` at `step`'s lock gave up, naming the
+    /// sessions holding or awaiting a lock on its table now.
+    async fn report_retry(&mut self, step: &Step, attempt: u32, of: u32, bounds: &Bounds) {
+        let holders = catalog::lock_holders(self.client, &self.target(&step.table))
+            .await
+            .unwrap_or_default();
+        (self.progress)(&Progress::LockRetry {
+            step: step.clone(),
+            attempt,
+            of,
+            waited_ms: bounds
+                .lock
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            holders,
+        });
     }
 
     /// Runs one statement outside any transaction block under session-level
@@ -252,8 +279,35 @@ impl<'a> Executor<'a> {
     }
 }
 
+/// Runs `statements` in one transaction: the opening (`BEGIN` and the
+/// `SET LOCAL` bounds, `set_local`, which lock nothing) first, on its own, so nothing runs unless the transaction and its bounds are in force;
+/// then each statement as a query of its own, and the `COMMIT`, pipelined:
+/// all are sent before the first reply is read, so the server has the
+/// `COMMIT` in hand before a statement takes its lock (no round trip while
+/// it holds one). One utility statement per query is what Citus takes (a
+/// query of several is refused: `cannot execute multiple utility events`).
+/// A statement that fails aborts the transaction: the ones after it are
+/// refused, the `COMMIT` rolls back, and the first failure is returned.
+async fn send_transaction(
+    client: &Client,
+    set_local: &str,
+    statements: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    client.batch_execute(&format!("BEGIN; {set_local}")).await?;
+    let queries = statements
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once("COMMIT"));
+    let replies = futures_util::future::join_all(queries.map(|q| client.batch_execute(q))).await;
+    replies
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
 impl Backend for Executor<'_> {
     async fn record(&mut self, record: Record, statements: &[String]) -> Result<(), Error> {
+        self.lock.verify(self.client).await?;
         let doing = format!(
             "recording the upgrade of schema {}: {}",
             self.schema,
@@ -280,6 +334,7 @@ impl Backend for Executor<'_> {
         of: usize,
         work: &Work,
     ) -> Result<(), Error> {
+        self.lock.verify(self.client).await?;
         let live = catalog::read(self.client, self.schema, &self.catalog).await?;
         if done(step, &live) {
             self.done.steps_skipped += 1;
