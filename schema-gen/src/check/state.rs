@@ -234,6 +234,64 @@ mod tests {
         }
     }
 
+    /// The failures no shipped database reaches through the binary (a
+    /// contract a later expand waits for needs a history of its own; an
+    /// interrupted upgrade, a contract refused for older engines or for a
+    /// pooler are tested for their messages elsewhere) exit with the code
+    /// `check` gives the same database.
+    #[test]
+    fn failures_exit_with_the_state_they_leave_the_database_in() {
+        let schema = schema_model::SchemaName::new("alkstore").unwrap();
+        let cases = [
+            (
+                ErrorKind::ContractFirst {
+                    schema: schema.clone(),
+                    pending: 2,
+                    next: 3,
+                },
+                State::ContractPending,
+            ),
+            (
+                ErrorKind::UpgradeInProgress {
+                    schema: schema.clone(),
+                    version: 3,
+                    done: 1,
+                    of: 4,
+                },
+                State::NeedsUpgrade,
+            ),
+            (
+                ErrorKind::NotExpanded {
+                    schema: schema.clone(),
+                    model: 3,
+                    reason: "it is at version 1".into(),
+                },
+                State::NeedsUpgrade,
+            ),
+            (
+                ErrorKind::OlderEngines {
+                    schema: schema.clone(),
+                    version: 2,
+                    sessions: vec![],
+                    breaks: vec![],
+                    unseen: 1,
+                },
+                State::Error,
+            ),
+            (
+                ErrorKind::Pooled {
+                    schema,
+                    server: "127.0.0.1:6432/app as app".into(),
+                    evidence: "a notification never arrived".into(),
+                },
+                State::Error,
+            ),
+        ];
+        for (kind, state) in cases {
+            assert_eq!(State::of_error(&kind), state, "{kind}");
+        }
+    }
+
     #[test]
     fn patterns_match_names_with_stars() {
         for (pattern, name, expected) in [
