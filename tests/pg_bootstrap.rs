@@ -363,13 +363,22 @@ async fn thirty_two_concurrent_bootstraps_of_one_fresh_schema_all_succeed_and_on
     }
     // All sessions start together, so they all see the schema missing.
     let barrier = Arc::new(tokio::sync::Barrier::new(SESSIONS));
+    // The waiters take the bootstrap lock one after another, each reading
+    // the catalog under it: on a loaded 2-core machine, with the other
+    // tests running, 31 of those took more than the default 5 s. The bound
+    // is not what this test is about (`lock_timeout` tests are below).
+    let options = Options {
+        lock_timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
     let mut tasks = tokio::task::JoinSet::new();
     for mut client in clients {
         let schema = schema.clone();
         let barrier = Arc::clone(&barrier);
+        let options = options.clone();
         tasks.spawn(async move {
             barrier.wait().await;
-            bootstrap(&mut client, &schema).await
+            bootstrap_with(&mut client, &schema, &options).await
         });
     }
     let mut created = 0;

@@ -406,7 +406,7 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
         let admin = harness::connect().await;
         admin
             .batch_execute(&format!(
-                "ALTER TABLE {dba}.locks ADD COLUMN note text NOT NULL DEFAULT ''"
+                "ALTER TABLE {dba}.locks ADD COLUMN note text NOT NULL"
             ))
             .await
             .unwrap();
