@@ -177,15 +177,16 @@ pub(super) async fn create(
             .into()),
         };
     }
-    // What the statements made differs when anything but documentation
-    // known before differs now; notes for a DBA (the schema's owner, which
-    // shows once tables give the family an owner) are no creation's fault.
+    // Comments and foreign objects that were there before stay as they
+    // were; notes for a DBA (the schema's owner, which shows once tables
+    // give the family an owner) are no creation's fault; anything else the
+    // statements did not make the model's is theirs.
     let known = compare(&before, schema, model);
     let left: Vec<Difference> = compare(&after, schema, model)
         .into_iter()
         .filter(|d| {
             let note = d.is_comment() && !matches!(d, Difference::Comment { .. });
-            !(note || (d.is_comment() && known.contains(d)))
+            !(note || ((d.is_comment() || d.is_foreign()) && known.contains(d)))
         })
         .collect();
     if !left.is_empty() {
@@ -216,6 +217,7 @@ pub(super) async fn create(
             .map(|p| p.statement.object.clone())
             .collect(),
         statements_run: plan.len(),
+        foreign: known.into_iter().filter(Difference::is_foreign).collect(),
     })
 }
 

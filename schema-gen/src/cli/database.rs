@@ -12,7 +12,7 @@ use schema_model::{Layout, SchemaName};
 use super::failure::Failure;
 use super::{EXIT_DRIFT, connection, layout, report, write_out};
 use crate::bootstrap::{Outcome, bootstrap_with};
-use crate::check::{Status, status_for};
+use crate::check::{ForeignPolicy, Status, status_for};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::grants::{audit::Roles, role_name};
@@ -58,6 +58,23 @@ pub struct DatabaseArgs {
     /// vacuum [default: the runtime role].
     #[arg(long, value_name = "ROLE", requires = "runtime_role")]
     pub maintenance_role: Option<String>,
+}
+
+/// The arguments of `check`: where and how, as `apply`, and the policy on
+/// foreign objects.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Where to connect, which schema, how to report.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Let a foreign object pass (one the model does not own and that
+    /// cannot change what the engine's statements do: a DBA's non-unique
+    /// index, a nullable column without default, a table or view): an
+    /// index's or relation's name, or TABLE.COLUMN; `*` stands for any run
+    /// of characters (`report_*`; `*` alone allows them all). Repeatable.
+    /// Foreign objects not named make check exit 5 when nothing worse is found.
+    #[arg(long = "allow-foreign", value_name = "NAME")]
+    pub allow_foreign: Vec<String>,
 }
 
 /// The form `--lock-timeout` takes, for its error messages.
@@ -120,10 +137,11 @@ pub enum ReportFormat {
 }
 
 /// Which database command to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Action {
     Apply,
-    Check,
+    /// `check`, with the policy its exit code follows.
+    Check(ForeignPolicy),
 }
 
 /// What a database command found.
@@ -143,7 +161,7 @@ pub(super) fn run(
     stderr: &mut dyn Write,
 ) -> ExitCode {
     let json = args.format == ReportFormat::Json;
-    let roles = match roles(action, args) {
+    let roles = match roles(&action, args) {
         Ok(roles) => roles,
         Err(message) => return Failure::usage(message).print(json, stdout, stderr),
     };
@@ -172,7 +190,7 @@ pub(super) fn run(
             Action::Apply => bootstrap_with(&mut client, &schema, &bounds)
                 .await
                 .map(Report::Applied),
-            Action::Check => status_for(&client, &schema, &bounds, roles.as_ref())
+            Action::Check(_) => status_for(&client, &schema, &bounds, roles.as_ref())
                 .await
                 .map(Report::Checked),
         }
@@ -182,16 +200,34 @@ pub(super) fn run(
     let (text, code) = match result {
         Ok(Report::Applied(outcome)) if json => (report::apply_json(&outcome), ExitCode::SUCCESS),
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
-        // Comments do not change what the engine reads or writes: a check
-        // that finds nothing but stale or missing ones passes, and lists them.
-        Ok(Report::Checked(status)) if json => {
-            let code = report::check_code(&status);
-            (report::check_json(&schema, &status), code)
+        // The exit code is the state's: comments never fail it, foreign
+        // objects only as the policy says.
+        Ok(Report::Checked(status)) => {
+            let policy = match &action {
+                Action::Check(policy) => policy.clone(),
+                Action::Apply => ForeignPolicy::default(),
+            };
+            let code = ExitCode::from(status.state(&policy).exit_code());
+            if json {
+                (report::check_json(&schema, &status, &policy), code)
+            } else {
+                (report::check_text(&schema, &status, &policy).0, code)
+            }
         }
-        Ok(Report::Checked(status)) => report::check_text(&schema, &status),
         Err(err) => {
-            if let ErrorKind::Drift { differences, .. } = err.kind() {
-                return refused(&schema, differences, json, stdout, stderr);
+            if let ErrorKind::Drift {
+                differences,
+                nearest,
+                ..
+            } = err.kind()
+            {
+                let refusal = Refusal {
+                    schema: &schema,
+                    differences,
+                    nearest: *nearest,
+                    command: "apply",
+                };
+                return refusal.print(json, stdout, stderr);
             }
             return Failure::from_error(&err)
                 .about(schema.as_str())
@@ -202,11 +238,11 @@ pub(super) fn run(
 }
 
 /// The roles `check --runtime-role` verifies; `apply` takes none.
-fn roles(action: Action, args: &DatabaseArgs) -> Result<Option<Roles>, String> {
+fn roles(action: &Action, args: &DatabaseArgs) -> Result<Option<Roles>, String> {
     let Some(runtime) = &args.runtime_role else {
         return Ok(None);
     };
-    if action == Action::Apply {
+    if *action == Action::Apply {
         return Err(
             "--runtime-role and --maintenance-role are for check (apply creates or confirms \
              the family; `schema-gen grants` prints the grants)"
@@ -223,23 +259,49 @@ fn roles(action: Action, args: &DatabaseArgs) -> Result<Option<Roles>, String> {
     }))
 }
 
-/// A refused `apply`: the differences on stderr (text), or the JSON report
-/// on stdout, and the drift exit code.
-fn refused(
-    schema: &SchemaName,
-    differences: &[Difference],
-    json: bool,
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
-) -> ExitCode {
-    const VERDICT: &str = "differs from the model; apply refused and changed nothing";
-    if json {
-        let text = report::refused_json(schema, differences, &format!("schema {schema} {VERDICT}"));
-        return write_out(stdout, stderr, &text, ExitCode::from(EXIT_DRIFT));
+/// A refusal over drift (`apply`, `upgrade`): nothing was changed.
+pub(super) struct Refusal<'a> {
+    pub(super) schema: &'a SchemaName,
+    /// What is in the way (drift, objects missing from a drifted family).
+    pub(super) differences: &'a [Difference],
+    /// The known version the differences are from, when the schema is none.
+    pub(super) nearest: Option<u32>,
+    /// The command that refused.
+    pub(super) command: &'static str,
+}
+
+impl Refusal<'_> {
+    /// The differences on stderr (text), or the JSON report on stdout, and
+    /// the drift exit code.
+    pub(super) fn print(
+        &self,
+        json: bool,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> ExitCode {
+        let command = self.command;
+        let verdict = match self.nearest {
+            Some(version) => format!(
+                "is no version this release knows, nor a step of an upgrade between two; it is \
+                 nearest to version {version}, from which it differs; {command} refused and \
+                 changed nothing"
+            ),
+            None => format!("differs from the model; {command} refused and changed nothing"),
+        };
+        let schema = self.schema;
+        if json {
+            let text = report::refused_json(
+                schema,
+                self.differences,
+                self.nearest,
+                &format!("schema {schema} {verdict}"),
+            );
+            return write_out(stdout, stderr, &text, ExitCode::from(EXIT_DRIFT));
+        }
+        let text = report::differences_text(schema, self.differences, &verdict);
+        let _ = write!(stderr, "schema-gen: {text}");
+        ExitCode::from(EXIT_DRIFT)
     }
-    let text = report::differences_text(schema, differences, VERDICT);
-    let _ = write!(stderr, "schema-gen: {text}");
-    ExitCode::from(EXIT_DRIFT)
 }
 
 #[cfg(test)]

@@ -60,6 +60,7 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
                     valid: true,
                     ready: true,
                     live: true,
+                    evaluates: vec![],
                 })
                 .collect(),
             constraints: std::iter::once(&t.primary_key)
