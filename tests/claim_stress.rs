@@ -534,7 +534,14 @@ async fn claimers_promoters_workers_and_the_reaper_never_wait_for_a_held_row() {
 /// only a failing run waits that long).
 async fn reported(watch: &LockWatch, waiter: &str) {
     for _ in 0..1200 {
-        if watch.seen().iter().any(|w| w.waiter == waiter) {
+        // Reported and read: the sessions are read beside the report, and
+        // the caller ends the wait next (read after it, the waiter shows as
+        // no longer waiting).
+        if watch
+            .seen()
+            .iter()
+            .any(|w| w.waiter == waiter && !w.sessions.is_empty())
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -147,6 +147,7 @@ impl UpgradeOptions {
     /// assert_eq!(
     ///     citus.set_local(&bounds),
     ///     "SET LOCAL citus.propagate_set_commands = 'local'; \
+    ///      SET LOCAL search_path = pg_catalog, pg_temp; \
     ///      SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '11s'"
     /// );
     /// assert_eq!(UpgradeOptions::default().set_local(&bounds), bounds.set_local());
