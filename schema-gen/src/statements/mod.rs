@@ -143,6 +143,7 @@ mod row;
 pub mod schedules;
 mod session;
 pub mod streams;
+pub mod wake;
 
 pub use call::{
     Call, Decode, DecodeError, Done, One, Optional, Output, Returns, Rows, RowsAffected,
@@ -356,6 +357,8 @@ pub fn all(schema: &SchemaName) -> Vec<Statement> {
         jobs::reap(schema, now, limit),
         jobs::reap_exhausted(schema, now, limit),
         jobs::expire(schema, now, limit),
+        wake::notify(&schema_model::WakeChannel::new(schema, "")),
+        wake::next_due(schema, ""),
         dead_jobs::sweep(schema, now, limit),
         streams::append(schema, &schema_model::StreamEvent::default()),
         streams::read(schema, "", 0, limit),
@@ -850,6 +853,13 @@ mod tests {
         check(jobs::ReapExhausted { now: 1, limit: 2 }, c);
         check(jobs::Expire { now: 1, limit: 2 }, c);
         check(jobs::Vacuum, c);
+        check(
+            wake::Notify {
+                channel: &schema_model::WakeChannel::new(&SchemaName::default(), "queue"),
+            },
+            c,
+        );
+        check(wake::NextDue { queue: "queue" }, c);
         check(dead_jobs::Sweep { now: 1, limit: 2 }, c);
         check(streams::Append { event: &event }, c);
         check(
