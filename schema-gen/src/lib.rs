@@ -56,6 +56,7 @@ pub mod render;
 pub mod statements;
 pub mod upgrade;
 pub mod verify;
+pub mod wake;
 
 pub use bootstrap::{Outcome, bootstrap, bootstrap_with};
 pub use error::{Error, ErrorKind};

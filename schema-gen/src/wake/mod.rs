@@ -1,0 +1,98 @@
+//! Wake-ups: an idle worker starts a job within milliseconds of its
+//! enqueue committing, without serialising the enqueues, and learns where
+//! it must poll instead.
+//!
+//! Three parts, each optional (an engine that wants none keeps polling; its
+//! enqueue statements are the same either way):
+//!
+//! - **The channel** of a queue is the model's
+//!   [`WakeChannel`](schema_model::WakeChannel): `<schema>:<queue>`, or a
+//!   readable prefix and a hash when the queue name is not plain lowercase
+//!   or the pair is too long; never over 63 bytes, never truncated.
+//! - **The notifier** ([`Notifier`]) sends the
+//!   [`wake`](crate::statements::wake::notify) statement after the enqueue
+//!   has committed, on a connection of its own, at most once per queue per
+//!   interval (the first at once, the rest folded into one at the end of the
+//!   interval).
+//! - **The listener** ([`Listener`]) listens on a direct connection of its
+//!   own, wakes the workers waiting on each queue ([`Wakeup`]), reconnects
+//!   (and then wakes every worker once: notifications sent meanwhile are
+//!   lost), and refuses a connection through a transaction- or
+//!   statement-pooling pooler ([`ListenError::Pooled`]): there the engine
+//!   must poll.
+//!
+//! # Where the notify runs, and why
+//!
+//! Not in the enqueue's transaction: a transaction that called `NOTIFY`
+//! takes a database-wide lock at commit and holds it through its commit
+//! record's flush, so notifying in every enqueue serialises the commits of
+//! all writers. After the enqueue has committed, the notifier's own
+//! transaction notifies, and commits without waiting for its flush (a
+//! notification is not durable anyway): the enqueues never wait for it,
+//! and the workers hear of the job a flush earlier. Coalesced per process
+//! and queue over an interval, a burst of enqueues costs one notification
+//! per queue per interval. BENCHMARKS.md ("Wake-ups") measures the
+//! alternatives: the notify in the enqueue transaction, the notify after
+//! each enqueue, the notifier; pickup latency beside polling and
+//! graphile-worker.
+//!
+//! # Scheduled jobs and promote
+//!
+//! No notification comes when a scheduled job (or a retry backing off)
+//! comes due. A worker whose claim came back empty asks
+//! [`wake::NextDue`](crate::statements::wake::NextDue) and waits at most
+//! until then ([`deadline`]); its claim path's promote then makes the job
+//! ready. A promote that made more jobs ready than its claim took calls
+//! [`Notifier::wake`], so the other idle workers claim the rest.
+//!
+//! # A worker's loop
+//!
+//! ```no_run
+//! # async fn demo(
+//! #     session: schema_gen::statements::Session,
+//! #     listener: &schema_gen::wake::Listener,
+//! #     notifier: &schema_gen::wake::Notifier,
+//! #     now: impl Fn() -> i64,
+//! # ) -> Result<(), schema_gen::statements::StatementError> {
+//! use std::time::Duration;
+//! use schema_gen::statements::{jobs, wake};
+//! use schema_gen::wake::deadline;
+//!
+//! let mut wakeup = listener.wakeup("mail").expect("the listener listens on mail");
+//! loop {
+//!     wakeup.seen();
+//!     let (promoted, claimed) = session
+//!         .run_pipelined(
+//!             &jobs::Promote { queue: "mail", now: now(), limit: 100 },
+//!             &jobs::Claim { queue: "mail", worker_id: "worker-1", now: now(), limit: 10 },
+//!         )
+//!         .await?;
+//!     if promoted > claimed.len() as u64 {
+//!         notifier.wake("mail");
+//!     }
+//!     if claimed.is_empty() {
+//!         let next_due = session.run(&wake::NextDue { queue: "mail" }).await?;
+//!         // A wake-up, the next due job, or the fallback poll: then claim again.
+//!         wakeup.wait_until(Some(deadline(next_due, Duration::from_secs(30)))).await;
+//!         continue;
+//!     }
+//!     for job in &claimed {
+//!         // ... run it, ack it
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! And after an enqueue commits: `notifier.wake(&job.queue)`.
+
+mod coalesce;
+mod connect;
+mod error;
+mod listener;
+mod notifier;
+mod probe;
+
+pub use connect::{Connect, Connecting, Connector, Messages, connector, messages};
+pub use error::{ListenError, PoolEvidence};
+pub use listener::{Listener, ListenerOptions, ListenerState, Wake, Wakeup, deadline};
+pub use notifier::{Notifier, NotifierStats};
