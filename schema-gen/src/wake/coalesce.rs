@@ -106,6 +106,11 @@ impl Coalescer {
         );
     }
 
+    /// How many queues are owed a trailing notification.
+    pub(crate) fn owed(&self) -> usize {
+        self.queues.values().filter(|slot| slot.pending).count()
+    }
+
     /// When the earliest trailing notification is due.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.queues

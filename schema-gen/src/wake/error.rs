@@ -42,8 +42,7 @@ pub enum ListenError {
          sent from a second connection to the channel this connection listens on {evidence}. \
          That is what a pooler in transaction or statement pooling mode does (pgbouncer's \
          pool_mode = transaction or statement): it hands the server connection to other \
-         clients between transactions, so LISTEN cannot deliver wake-ups through it (or the \
-         listener's connector reached another server or database the second time). Nothing \
+         clients between transactions, so LISTEN cannot deliver wake-ups through it. Nothing \
          was changed. Give the listener a URL that reaches PostgreSQL directly (or a pool in \
          session mode); where the engine can reach the database only through such a pooler, \
          its workers must poll for jobs instead of waiting for wake-ups (the notifier works \
@@ -74,7 +73,11 @@ impl std::fmt::Display for PoolEvidence {
                 "arrived at that second connection instead, which never listened: the two were \
                  handed the same server connection in turn",
             ),
-            Self::Timeout(waited) => write!(f, "did not arrive within {waited:?}"),
+            Self::Timeout(waited) => write!(
+                f,
+                "did not arrive within {waited:?} (a connector whose second connection reaches \
+                 another server or database does the same)"
+            ),
         }
     }
 }

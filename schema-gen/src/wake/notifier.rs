@@ -66,6 +66,9 @@ pub struct NotifierStats {
     pub folded: u64,
     /// Notifications that failed (each is owed again).
     pub failed: u64,
+    /// Queues whose notification is owed: decided but not sent yet, or
+    /// waiting for the end of their interval.
+    pub owed: usize,
     /// The last failure, in the driver's words.
     pub last_error: Option<String>,
 }
@@ -118,6 +121,7 @@ impl Notifier {
             sent: self.shared.sent.load(Ordering::Relaxed),
             folded: self.shared.folded.load(Ordering::Relaxed),
             failed: self.shared.failed.load(Ordering::Relaxed),
+            owed: lock(&self.shared.ready).len() + lock(&self.shared.coalescer).owed(),
             last_error: lock(&self.shared.last_error).clone(),
         }
     }
