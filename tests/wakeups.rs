@@ -619,3 +619,85 @@ async fn a_scheduled_job_wakes_its_idle_worker_when_it_comes_due() {
     let claimed = claim(&worker, "later", unix_now()).await;
     assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
 }
+
+/// The enqueue path: `run_and_wake` sends the notify in the enqueue's round
+/// trip and the worker is woken. When that notify fails (here: in a
+/// database where `pg_notify` is not granted to the engine's role), the
+/// enqueue still succeeds, the failure is counted, and the notification is
+/// owed again: the notifier's task sends it (as its own role) and the
+/// worker is woken all the same.
+#[tokio::test]
+async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let db = harness::unique_name("wake_denied_db");
+    let role = harness::unique_name("wake_engine");
+    let db_url = harness::create_database(&db).await;
+    let db_admin = harness::connect_url(&db_url).await;
+    let schema = engine_schema(&db_admin, "wake_denied").await;
+    exec(
+        &db_admin,
+        &format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT USAGE ON SCHEMA \"{schema}\" TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO {role};
+             REVOKE EXECUTE ON FUNCTION pg_catalog.pg_notify(text, text) FROM PUBLIC;"
+        ),
+    )
+    .await;
+    let superuser = || connector(config(&db_url), NoTls);
+    let listener = Listener::start(superuser(), &schema, ["q", "r"], ListenerOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("listener: {e}"));
+    let notifier = Notifier::start(superuser(), schema.clone(), Duration::from_millis(10))
+        .await
+        .unwrap_or_else(|e| panic!("notifier: {e}"));
+
+    // As the superuser: one round trip, woken.
+    let owner = Session::new(harness::connect_url(&db_url).await, schema.clone());
+    let mut wakeup = listener
+        .wakeup("r")
+        .unwrap_or_else(|| panic!("no wake-ups for r"));
+    wakeup.seen();
+    let now = unix_now();
+    notifier
+        .run_and_wake(&owner, &jobs::Enqueue { job: &job("r", now), now }, "r")
+        .await
+        .unwrap_or_else(|e| panic!("enqueue: {e}"));
+    assert_eq!(
+        wakeup.wait_until(Some(Instant::now() + HANG)).await,
+        Wake::Notified
+    );
+    assert_eq!(notifier.stats().sent, 1);
+
+    // As the engine's role, which may not notify.
+    let engine = Session::new(
+        harness::connect_url(&harness::url_for(&role, None, Some(&db))).await,
+        schema.clone(),
+    );
+    let mut wakeup = listener
+        .wakeup("q")
+        .unwrap_or_else(|| panic!("no wake-ups for q"));
+    wakeup.seen();
+    let id = notifier
+        .run_and_wake(&engine, &jobs::Enqueue { job: &job("q", now), now }, "q")
+        .await
+        .unwrap_or_else(|e| panic!("the enqueue failed with its notification: {e}"));
+    assert_eq!(
+        wakeup.wait_until(Some(Instant::now() + HANG)).await,
+        Wake::Notified
+    );
+    let stats = notifier.stats();
+    assert_eq!(stats.failed, 1, "{stats:?}");
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("permission denied")),
+        "{stats:?}"
+    );
+    assert_eq!(stats.sent, 2, "the owed notification, sent by the task: {stats:?}");
+    let claimed = claim(&owner, "q", now).await;
+    assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+}

@@ -320,12 +320,12 @@ impl Drop for Listening {
 impl Listening {
     async fn open(
         connect: &impl Connect,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         options: ListenerOptions,
     ) -> Result<Self, ListenError> {
         let (client, messages) = connect.connect().await.map_err(ListenError::connect)?;
         let (tx, events) = mpsc::unbounded_channel();
-        let driver = tokio::spawn(drive(messages, tx));
+        let driver = tokio::spawn(drive(messages, tx, Arc::clone(shared)));
         let mut listening = Self {
             client,
             events,
@@ -353,8 +353,9 @@ impl Listening {
         Ok(listening)
     }
 
-    /// Delivers notifications until the connection is lost; returns why.
-    async fn serve(&mut self, shared: &Shared, options: ListenerOptions) -> String {
+    /// Watches the connection until it is lost (its driver delivers the
+    /// notifications); returns why.
+    async fn serve(&mut self, options: ListenerOptions) -> String {
         let mut health = tokio::time::interval_at(
             Instant::now() + options.health_check,
             options.health_check,
@@ -362,16 +363,8 @@ impl Listening {
         loop {
             tokio::select! {
                 event = self.events.recv() => match event {
-                    Some(Event::Notification(n)) => {
-                        if let Some(signal) = shared
-                            .channels
-                            .get(n.channel())
-                            .and_then(|queue| shared.queues.get(queue))
-                        {
-                            shared.notifications.fetch_add(1, Ordering::Relaxed);
-                            signal.send_modify(|s| s.notified += 1);
-                        }
-                    }
+                    // Another channel's (a late probe's): nobody waits for it.
+                    Some(Event::Notification(_)) => {}
                     Some(Event::Lost(why)) => return why,
                     None => return "the connection closed".to_owned(),
                 },
@@ -395,13 +388,22 @@ impl Listening {
     }
 }
 
-/// Drives the connection's messages, passing notifications on; ends with
-/// [`Event::Lost`] when the connection does.
-async fn drive(mut messages: Messages, tx: mpsc::UnboundedSender<Event>) {
+/// Drives the connection's messages: a notification of a queue's channel
+/// wakes that queue's workers at once (no other task in between); any other
+/// is passed on (the probe's); ends with [`Event::Lost`] when the
+/// connection does.
+async fn drive(mut messages: Messages, tx: mpsc::UnboundedSender<Event>, shared: Arc<Shared>) {
     let why = loop {
         match messages.next().await {
             Some(Ok(AsyncMessage::Notification(n))) => {
-                if tx.send(Event::Notification(n)).is_err() {
+                if let Some(signal) = shared
+                    .channels
+                    .get(n.channel())
+                    .and_then(|queue| shared.queues.get(queue))
+                {
+                    shared.notifications.fetch_add(1, Ordering::Relaxed);
+                    signal.send_modify(|s| s.notified += 1);
+                } else if tx.send(Event::Notification(n)).is_err() {
                     return;
                 }
             }
@@ -421,7 +423,7 @@ async fn run(
 ) {
     let mut listening = first;
     loop {
-        let why = listening.serve(&shared, options).await;
+        let why = listening.serve(options).await;
         drop(listening);
         shared.backend_pid.store(0, Ordering::Relaxed);
         set_state(

@@ -17,7 +17,7 @@ use schema_model::{SchemaName, WakeChannel};
 
 use super::coalesce::{Coalescer, Decision};
 use super::connect::Connect;
-use crate::statements::{Call, wake};
+use crate::statements::{Call, Output, Session, StatementError, wake};
 
 /// The longest wait between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -46,14 +46,28 @@ pub struct Notifier {
 #[derive(Debug)]
 struct Shared {
     schema: SchemaName,
-    coalescer: Mutex<Coalescer>,
-    /// Queues to notify at once (their leading edge).
-    ready: Mutex<Vec<String>>,
+    state: Mutex<State>,
     poke: Notify,
     sent: AtomicU64,
     folded: AtomicU64,
     failed: AtomicU64,
     last_error: Mutex<Option<String>>,
+}
+
+/// What the notifier owes, under one lock.
+#[derive(Debug)]
+struct State {
+    coalescer: Coalescer,
+    /// Queues to notify at once (their leading edge).
+    ready: Vec<String>,
+    /// Notifications the task is sending.
+    in_flight: usize,
+}
+
+impl State {
+    fn owed(&self) -> usize {
+        self.ready.len() + self.coalescer.owed() + self.in_flight
+    }
 }
 
 /// What a notifier did so far.
@@ -66,8 +80,9 @@ pub struct NotifierStats {
     pub folded: u64,
     /// Notifications that failed (each is owed again).
     pub failed: u64,
-    /// Queues whose notification is owed: decided but not sent yet, or
-    /// waiting for the end of their interval.
+    /// Notifications owed by the notifier's task: due at once, waiting for
+    /// the end of their queue's interval, or being sent (not those a caller
+    /// of [`lead`](Notifier::lead) sends itself).
     pub owed: usize,
     /// The last failure, in the driver's words.
     pub last_error: Option<String>,
@@ -90,8 +105,11 @@ impl Notifier {
         let first = Open::new(&connect).await?;
         let shared = Arc::new(Shared {
             schema,
-            coalescer: Mutex::new(Coalescer::new(interval)),
-            ready: Mutex::new(Vec::new()),
+            state: Mutex::new(State {
+                coalescer: Coalescer::new(interval),
+                ready: Vec::new(),
+                in_flight: 0,
+            }),
             poke: Notify::new(),
             sent: AtomicU64::new(0),
             folded: AtomicU64::new(0),
@@ -105,14 +123,103 @@ impl Notifier {
     /// `queue` has jobs ready: its listening workers are notified, at once
     /// or at the end of its interval. Never blocks, never fails.
     pub fn wake(&self, queue: &str) {
-        let decision = lock(&self.shared.coalescer).wake(queue, Instant::now());
-        match decision {
-            Decision::Now => lock(&self.shared.ready).push(queue.to_owned()),
-            Decision::Later => {
-                self.shared.folded.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut state = lock(&self.shared.state);
+            match state.coalescer.wake(queue, Instant::now()) {
+                Decision::Now => state.ready.push(queue.to_owned()),
+                Decision::Later => {
+                    self.shared.folded.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         self.shared.poke.notify_one();
+    }
+
+    /// Runs `call` (an enqueue of `queue`'s jobs, a retry of one of its
+    /// jobs) on `session` and wakes `queue`: when its notification is due at
+    /// once, the [`wake`](crate::statements::wake::notify) statement goes
+    /// pipelined right behind `call`, in the same round trip, and the server
+    /// runs it once `call` has committed, in a transaction of its own;
+    /// otherwise the wake-up is folded into the queue's trailing
+    /// notification, which the notifier's task sends. The enqueue path
+    /// measured fastest (BENCHMARKS.md, "Wake-ups"): the workers hear of
+    /// the job as soon as it commits, and the enqueue pays no extra round
+    /// trip.
+    ///
+    /// A session, not a transaction: a notify inside the caller's
+    /// transaction would take the database-wide notify lock at its commit.
+    /// Enqueues made in a transaction call [`wake`](Self::wake) after it
+    /// committed.
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     session: &schema_gen::statements::Session,
+    /// #     notifier: &schema_gen::wake::Notifier,
+    /// #     job: &schema_gen::statements::Job,
+    /// # ) -> Result<(), schema_gen::statements::StatementError> {
+    /// use schema_gen::statements::jobs;
+    ///
+    /// let id = notifier
+    ///     .run_and_wake(session, &jobs::Enqueue { job, now: 1_700_000_000 }, &job.queue)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `call`'s error, and only its: a notification that failed is owed
+    /// again and sent by the notifier's task (counted in
+    /// [`stats`](Self::stats)), so the caller never retries an enqueue that
+    /// committed.
+    pub async fn run_and_wake<Q: Call + Sync>(
+        &self,
+        session: &Session,
+        call: &Q,
+        queue: &str,
+    ) -> Result<Output<Q>, StatementError> {
+        let Some(channel) = self.lead(queue) else {
+            return session.run(call).await;
+        };
+        let notify = wake::Notify { channel: &channel };
+        let (output, notified) =
+            futures_util::future::join(session.run(call), session.run(&notify)).await;
+        match notified {
+            Ok(()) => {
+                self.shared.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                lock(&self.shared.state)
+                    .coalescer
+                    .failed(queue, Instant::now());
+                self.shared.failed.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.shared.last_error) = Some(error.to_string());
+                self.shared.poke.notify_one();
+            }
+        }
+        output
+    }
+
+    /// [`wake`](Self::wake) for a caller that sends a notification due at
+    /// once itself: returns the channel to notify, which the caller sends
+    /// (the [`wake`](crate::statements::wake::notify) statement) on its own
+    /// connection right behind its enqueue, pipelined (one round trip; the
+    /// server runs it once the enqueue has committed, in a transaction of
+    /// its own). `None`: the wake-up is folded into the queue's trailing
+    /// notification, which the notifier sends. What the caller sends is not
+    /// in [`stats`](Self::stats); [`run_and_wake`](Self::run_and_wake)
+    /// counts it.
+    pub fn lead(&self, queue: &str) -> Option<WakeChannel> {
+        let decision = lock(&self.shared.state)
+            .coalescer
+            .wake(queue, Instant::now());
+        match decision {
+            Decision::Now => Some(WakeChannel::new(&self.shared.schema, queue)),
+            Decision::Later => {
+                self.shared.folded.fetch_add(1, Ordering::Relaxed);
+                self.shared.poke.notify_one();
+                None
+            }
+        }
     }
 
     /// What the notifier did so far.
@@ -121,7 +228,7 @@ impl Notifier {
             sent: self.shared.sent.load(Ordering::Relaxed),
             folded: self.shared.folded.load(Ordering::Relaxed),
             failed: self.shared.failed.load(Ordering::Relaxed),
-            owed: lock(&self.shared.ready).len() + lock(&self.shared.coalescer).owed(),
+            owed: lock(&self.shared.state).owed(),
             last_error: lock(&self.shared.last_error).clone(),
         }
     }
@@ -166,7 +273,7 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
     // The text depends on nothing but the statement: built once.
     let statement = wake::notify(&WakeChannel::new(&shared.schema, ""));
     loop {
-        let next = lock(&shared.coalescer).next_due();
+        let next = lock(&shared.state).coalescer.next_due();
         match next {
             Some(at) => {
                 tokio::select! {
@@ -177,8 +284,13 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
             None => shared.poke.notified().await,
         }
         let now = Instant::now();
-        let mut batch = std::mem::take(&mut *lock(&shared.ready));
-        batch.extend(lock(&shared.coalescer).due(now));
+        let batch = {
+            let mut state = lock(&shared.state);
+            let mut batch = std::mem::take(&mut state.ready);
+            batch.extend(state.coalescer.due(now));
+            state.in_flight = batch.len();
+            batch
+        };
         if batch.is_empty() {
             continue;
         }
@@ -217,15 +329,18 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
                 Err(error) => fail(&shared, std::slice::from_ref(queue), now, &error),
             }
         }
+        lock(&shared.state).in_flight = 0;
     }
 }
 
-/// Records a failed notification of each of `queues`, owed again.
+/// Records a failed notification of each of `queues`, owed again (no
+/// longer in flight).
 fn fail(shared: &Shared, queues: &[String], now: Instant, error: &tokio_postgres::Error) {
-    let mut coalescer = lock(&shared.coalescer);
+    let mut state = lock(&shared.state);
     for queue in queues {
-        coalescer.failed(queue, now);
+        state.coalescer.failed(queue, now);
     }
+    state.in_flight = state.in_flight.saturating_sub(queues.len());
     shared
         .failed
         .fetch_add(queues.len() as u64, Ordering::Relaxed);
