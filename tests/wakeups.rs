@@ -357,7 +357,9 @@ impl Relay {
                             }
                         }
                         Some(Host::Tcp(h)) => {
-                            if let Ok(server) = tokio::net::TcpStream::connect((h.as_str(), port)).await {
+                            if let Ok(server) =
+                                tokio::net::TcpStream::connect((h.as_str(), port)).await
+                            {
                                 let (sr, sw) = server.into_split();
                                 pump_both(cr, cw, sr, sw, flag).await;
                             }
@@ -498,7 +500,10 @@ async fn the_probe_refuses_when_its_notification_never_arrives() {
         ),
         "{error}"
     );
-    assert!(error.to_string().contains("did not arrive within 300ms"), "{error}");
+    assert!(
+        error.to_string().contains("did not arrive within 300ms"),
+        "{error}"
+    );
 }
 
 /// Through pgbouncer in transaction and in statement mode the listener
@@ -560,9 +565,13 @@ async fn a_lost_notifier_connection_is_opened_again() {
     let application = harness::unique_name("wake_notifier");
     let mut named = config(&harness::database_url());
     named.application_name(&application);
-    let notifier = Notifier::start(connector(named, NoTls), schema.clone(), Duration::from_millis(10))
-        .await
-        .unwrap_or_else(|e| panic!("notifier: {e}"));
+    let notifier = Notifier::start(
+        connector(named, NoTls),
+        schema.clone(),
+        Duration::from_millis(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("notifier: {e}"));
     let terminated = admin
         .query(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
@@ -662,7 +671,14 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
     wakeup.seen();
     let now = unix_now();
     notifier
-        .run_and_wake(&owner, &jobs::Enqueue { job: &job("r", now), now }, "r")
+        .run_and_wake(
+            &owner,
+            &jobs::Enqueue {
+                job: &job("r", now),
+                now,
+            },
+            "r",
+        )
         .await
         .unwrap_or_else(|e| panic!("enqueue: {e}"));
     assert_eq!(
@@ -681,7 +697,14 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
         .unwrap_or_else(|| panic!("no wake-ups for q"));
     wakeup.seen();
     let id = notifier
-        .run_and_wake(&engine, &jobs::Enqueue { job: &job("q", now), now }, "q")
+        .run_and_wake(
+            &engine,
+            &jobs::Enqueue {
+                job: &job("q", now),
+                now,
+            },
+            "q",
+        )
         .await
         .unwrap_or_else(|e| panic!("the enqueue failed with its notification: {e}"));
     assert_eq!(
@@ -697,7 +720,40 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
             .is_some_and(|e| e.contains("permission denied")),
         "{stats:?}"
     );
-    assert_eq!(stats.sent, 2, "the owed notification, sent by the task: {stats:?}");
+    assert_eq!(
+        stats.sent, 2,
+        "the owed notification, sent by the task: {stats:?}"
+    );
     let claimed = claim(&owner, "q", now).await;
     assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+}
+
+/// A notifier dropped right after its last wake-ups still sends what it
+/// owes: the notification decided at once, and the trailing one the second
+/// wake-up was folded into (sent at once, not at the interval's end).
+#[tokio::test]
+async fn a_dropped_notifier_sends_what_it_owes() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (_admin, schema) = schema("wake_dropped").await;
+    let channel = WakeChannel::new(&schema, "q");
+    let (_counter, seen) = count_notifications(&channel).await;
+    // An interval no run waits out: the trailing notification can only come
+    // from the drop.
+    let notifier = Notifier::start(direct(), schema.clone(), HANG)
+        .await
+        .unwrap_or_else(|e| panic!("notifier: {e}"));
+    notifier.wake("q");
+    notifier.wake("q");
+    assert_eq!(notifier.stats().folded, 1);
+    drop(notifier);
+    let deadline = Instant::now() + HANG;
+    while seen.lock().unwrap_or_else(|e| e.into_inner()).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the owed notifications never came"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -224,9 +224,7 @@ mod tests {
     }
 
     fn schema_names() -> impl Strategy<Value = String> {
-        "[a-z_][a-z0-9_]{0,62}".prop_filter("a valid schema name", |s| {
-            SchemaName::new(s).is_ok()
-        })
+        "[a-z_][a-z0-9_]{0,62}".prop_filter("a valid schema name", |s| SchemaName::new(s).is_ok())
     }
 
     proptest! {

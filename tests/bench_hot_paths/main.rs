@@ -90,9 +90,7 @@ pub struct Scale {
     pub parts: Vec<&'static str>,
 }
 
-const ALL_PARTS: [&str; 6] = [
-    "claims", "rejected", "versus", "loops", "churn", "wakeups",
-];
+const ALL_PARTS: [&str; 6] = ["claims", "rejected", "versus", "loops", "churn", "wakeups"];
 
 /// The parts of a run unless `ALKSTORE_BENCH_ONLY` names others: the
 /// rejected designs (a) and (c) and the churn (about 20 minutes more at full

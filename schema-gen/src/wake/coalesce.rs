@@ -94,6 +94,19 @@ impl Coalescer {
         due
     }
 
+    /// Every queue owed a trailing notification, marked sent: what a
+    /// closing notifier sends before it stops.
+    pub(crate) fn drain(&mut self) -> Vec<String> {
+        let due: Vec<String> = self
+            .queues
+            .iter()
+            .filter(|(_, slot)| slot.pending)
+            .map(|(queue, _)| queue.clone())
+            .collect();
+        self.queues.clear();
+        due
+    }
+
     /// A notification of `queue` that could not be sent: owed again, at the
     /// end of an interval from `now`.
     pub(crate) fn failed(&mut self, queue: &str, now: Instant) {
@@ -168,10 +181,23 @@ mod tests {
             }
         }
         let last = start + Duration::from_micros(100 * 999);
-        let trailing = c.next_due().unwrap_or_else(|| panic!("the last wake-up is owed"));
+        let trailing = c
+            .next_due()
+            .unwrap_or_else(|| panic!("the last wake-up is owed"));
         assert!(trailing > last && trailing <= last + INTERVAL);
         sent += c.due(trailing).len();
         assert!((10..=11).contains(&sent), "{sent} notifications");
+    }
+
+    #[test]
+    fn a_drain_hands_out_every_owed_queue() {
+        let start = Instant::now();
+        let mut c = Coalescer::new(INTERVAL);
+        assert_eq!(c.wake("a", start), Decision::Now);
+        assert_eq!(c.wake("b", start), Decision::Now);
+        assert_eq!(c.wake("a", start), Decision::Later);
+        assert_eq!(c.drain(), ["a"]);
+        assert_eq!(c.owed(), 0);
     }
 
     #[test]

@@ -356,10 +356,8 @@ impl Listening {
     /// Watches the connection until it is lost (its driver delivers the
     /// notifications); returns why.
     async fn serve(&mut self, options: ListenerOptions) -> String {
-        let mut health = tokio::time::interval_at(
-            Instant::now() + options.health_check,
-            options.health_check,
-        );
+        let mut health =
+            tokio::time::interval_at(Instant::now() + options.health_check, options.health_check);
         loop {
             tokio::select! {
                 event = self.events.recv() => match event {
@@ -462,4 +460,39 @@ async fn run(
 
 fn set_state(shared: &Shared, state: ListenerState) {
     *shared.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unix_now() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    }
+
+    #[test]
+    fn the_deadline_is_the_next_due_second_or_the_poll() {
+        let poll = Duration::from_secs(30);
+        let before = Instant::now();
+        let none = deadline(None, poll);
+        assert!(none >= before + poll && none <= Instant::now() + poll);
+        // Due already: now.
+        assert!(deadline(Some(unix_now() - 10), poll) <= Instant::now());
+        assert!(deadline(Some(0), poll) <= Instant::now());
+        // Due in two seconds: at the start of that second, within (1 s, 2 s].
+        let run_at = unix_now() + 2;
+        let before = Instant::now();
+        let due = deadline(Some(run_at), poll);
+        assert!(
+            due > before + Duration::from_millis(900),
+            "{:?}",
+            due - before
+        );
+        assert!(due <= Instant::now() + Duration::from_secs(2));
+        // Due after the poll: the poll.
+        let far = deadline(Some(unix_now() + 3600), poll);
+        assert!(far <= Instant::now() + poll);
+    }
 }

@@ -9,11 +9,14 @@
 //!   [`WakeChannel`](schema_model::WakeChannel): `<schema>:<queue>`, or a
 //!   readable prefix and a hash when the queue name is not plain lowercase
 //!   or the pair is too long; never over 63 bytes, never truncated.
-//! - **The notifier** ([`Notifier`]) sends the
-//!   [`wake`](crate::statements::wake::notify) statement after the enqueue
-//!   has committed, on a connection of its own, at most once per queue per
-//!   interval (the first at once, the rest folded into one at the end of the
-//!   interval).
+//! - **The notifier** ([`Notifier`]): [`Notifier::run_and_wake`] sends
+//!   the [`wake`](crate::statements::wake::notify) statement pipelined
+//!   right behind the enqueue (one round trip; the server runs it once the
+//!   enqueue has committed, in a transaction of its own), at most once per
+//!   queue per interval: the first wake-up at once, the others folded into
+//!   one notification at the end of the interval, which the notifier's own
+//!   task sends on its own connection ([`Notifier::wake`] hands a wake-up
+//!   to that task alone, for an enqueue made in a transaction).
 //! - **The listener** ([`Listener`]) listens on a direct connection of its
 //!   own, wakes the workers waiting on each queue ([`Wakeup`]), reconnects
 //!   (and then wakes every worker once: notifications sent meanwhile are
@@ -26,15 +29,18 @@
 //! Not in the enqueue's transaction: a transaction that called `NOTIFY`
 //! takes a database-wide lock at commit and holds it through its commit
 //! record's flush, so notifying in every enqueue serialises the commits of
-//! all writers. After the enqueue has committed, the notifier's own
-//! transaction notifies, and commits without waiting for its flush (a
-//! notification is not durable anyway): the enqueues never wait for it,
-//! and the workers hear of the job a flush earlier. Coalesced per process
-//! and queue over an interval, a burst of enqueues costs one notification
-//! per queue per interval. BENCHMARKS.md ("Wake-ups") measures the
-//! alternatives: the notify in the enqueue transaction, the notify after
-//! each enqueue, the notifier; pickup latency beside polling and
-//! graphile-worker.
+//! all writers. Behind the enqueue, in the same round trip: the server runs
+//! it as soon as the enqueue has committed, so the workers hear of the job
+//! as early as with a notify inside the enqueue, and the enqueue pays no
+//! round trip of its own. Its transaction commits without waiting for its
+//! flush (a notification is not durable anyway), so the listeners are not
+//! kept waiting for a second flush either. Coalesced per process and queue
+//! over an interval, a burst of enqueues costs one notification per queue
+//! per interval. BENCHMARKS.md ("Wake-ups") measures it beside the notify
+//! inside the enqueue transaction, a notify behind every enqueue, the
+//! notifier's task sending every notification (an extra connection's round
+//! trip: slower pickup and fewer enqueues per second on a busy server),
+//! polling, and graphile-worker.
 //!
 //! # Scheduled jobs and promote
 //!
@@ -56,24 +62,30 @@
 //! # ) -> Result<(), schema_gen::statements::StatementError> {
 //! use std::time::Duration;
 //! use schema_gen::statements::{jobs, wake};
-//! use schema_gen::wake::deadline;
+//! use schema_gen::wake::{Wake, deadline};
 //!
 //! let mut wakeup = listener.wakeup("mail").expect("the listener listens on mail");
+//! let mut woke = Wake::Deadline;
 //! loop {
 //!     wakeup.seen();
-//!     let (promoted, claimed) = session
-//!         .run_pipelined(
-//!             &jobs::Promote { queue: "mail", now: now(), limit: 100 },
-//!             &jobs::Claim { queue: "mail", worker_id: "worker-1", now: now(), limit: 10 },
-//!         )
-//!         .await?;
-//!     if promoted > claimed.len() as u64 {
-//!         notifier.wake("mail");
-//!     }
+//!     let claim = jobs::Claim { queue: "mail", worker_id: "worker-1", now: now(), limit: 10 };
+//!     // A notification means jobs were made ready: the claim alone. After a
+//!     // deadline, a reconnection or a job, the claim path (promote, claim).
+//!     let claimed = if woke == Wake::Notified {
+//!         session.run(&claim).await?
+//!     } else {
+//!         let promote = jobs::Promote { queue: "mail", now: now(), limit: 100 };
+//!         let (promoted, claimed) = session.run_pipelined(&promote, &claim).await?;
+//!         if promoted > claimed.len() as u64 {
+//!             notifier.wake("mail");
+//!         }
+//!         claimed
+//!     };
+//!     woke = Wake::Deadline;
 //!     if claimed.is_empty() {
 //!         let next_due = session.run(&wake::NextDue { queue: "mail" }).await?;
 //!         // A wake-up, the next due job, or the fallback poll: then claim again.
-//!         wakeup.wait_until(Some(deadline(next_due, Duration::from_secs(30)))).await;
+//!         woke = wakeup.wait_until(Some(deadline(next_due, Duration::from_secs(30)))).await;
 //!         continue;
 //!     }
 //!     for job in &claimed {
@@ -83,7 +95,9 @@
 //! # }
 //! ```
 //!
-//! And after an enqueue commits: `notifier.wake(&job.queue)`.
+//! And the producer: `notifier.run_and_wake(&session, &jobs::Enqueue { .. },
+//! &job.queue)` for every enqueue, due now or later (an idle worker learns
+//! the new `next_due` that way).
 
 mod coalesce;
 mod connect;

@@ -2,7 +2,7 @@
 //! connection of its own, coalesced per queue ([`super::coalesce`]), so an
 //! engine's enqueue never waits for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -24,23 +24,26 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The first wait before reconnecting.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Sends wake-ups for one engine schema: call [`wake`](Self::wake) after
-/// each enqueue (or promote, or retry) that made jobs ready has committed;
-/// a task of the notifier sends the `wake` statement on its own connection,
-/// at most once per queue per interval (the first at once, the others
-/// folded into one at the interval's end), and the caller never waits.
+/// Sends the wake-ups of one engine schema's queues, at most one
+/// notification per queue per interval: [`run_and_wake`](Self::run_and_wake)
+/// runs an enqueue with its notification pipelined behind it (the path
+/// BENCHMARKS.md measured fastest); [`wake`](Self::wake), after a
+/// transaction that enqueued has committed, hands the wake-up to the
+/// notifier's task. Wake-ups within an interval of their queue's last
+/// notification are folded into one more, which the task sends on its own
+/// connection when the interval ends.
 ///
-/// Its connection may go through any pooler (pgbouncer in transaction or
-/// statement mode too): the statement is one statement, run unnamed. A lost
-/// connection is opened again at the next notification; a notification that
-/// could not be sent is owed again after the interval.
+/// The task's connection may go through any pooler (pgbouncer in
+/// transaction or statement mode too): the statement is one statement, run
+/// unnamed. A lost connection is opened again at the next notification; a
+/// notification that could not be sent is owed again after the interval.
 ///
-/// Dropping the notifier stops its task; a trailing notification still
-/// owed is then not sent (the workers' fallback poll finds its jobs).
+/// Dropping the notifier stops its task once it has sent what it owes, at
+/// once (trailing notifications included), on the connection it has (or
+/// one more attempt to open one).
 #[derive(Debug)]
 pub struct Notifier {
     shared: Arc<Shared>,
-    task: JoinHandle<()>,
 }
 
 #[derive(Debug)]
@@ -48,6 +51,8 @@ struct Shared {
     schema: SchemaName,
     state: Mutex<State>,
     poke: Notify,
+    /// The notifier was dropped: send what is owed, then stop.
+    closing: AtomicBool,
     sent: AtomicU64,
     folded: AtomicU64,
     failed: AtomicU64,
@@ -111,17 +116,21 @@ impl Notifier {
                 in_flight: 0,
             }),
             poke: Notify::new(),
+            closing: AtomicBool::new(false),
             sent: AtomicU64::new(0),
             folded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             last_error: Mutex::new(None),
         });
-        let task = tokio::spawn(run(connect, Arc::clone(&shared), first));
-        Ok(Self { shared, task })
+        tokio::spawn(run(connect, Arc::clone(&shared), first));
+        Ok(Self { shared })
     }
 
-    /// `queue` has jobs ready: its listening workers are notified, at once
-    /// or at the end of its interval. Never blocks, never fails.
+    /// `queue` has new jobs (due now or later), or jobs made ready: the
+    /// notifier's task notifies its listening workers, at once or at the
+    /// end of the queue's interval. Never blocks, never fails. For an
+    /// enqueue on a session, [`run_and_wake`](Self::run_and_wake) is a
+    /// round trip faster for the workers.
     pub fn wake(&self, queue: &str) {
         {
             let mut state = lock(&self.shared.state);
@@ -236,7 +245,10 @@ impl Notifier {
 
 impl Drop for Notifier {
     fn drop(&mut self) {
-        self.task.abort();
+        // Not aborted: a wake-up handed over just before the drop is still
+        // sent (the task ends by itself, see `run`).
+        self.shared.closing.store(true, Ordering::Release);
+        self.shared.poke.notify_one();
     }
 }
 
@@ -254,9 +266,7 @@ struct Open {
 impl Open {
     async fn new(connect: &impl Connect) -> Result<Self, tokio_postgres::Error> {
         let (client, mut messages) = connect.connect().await?;
-        let driver = tokio::spawn(async move {
-            while let Some(Ok(_)) = messages.next().await {}
-        });
+        let driver = tokio::spawn(async move { while let Some(Ok(_)) = messages.next().await {} });
         Ok(Self { client, driver })
     }
 }
@@ -284,14 +294,22 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
             None => shared.poke.notified().await,
         }
         let now = Instant::now();
+        let closing = shared.closing.load(Ordering::Acquire);
         let batch = {
             let mut state = lock(&shared.state);
             let mut batch = std::mem::take(&mut state.ready);
-            batch.extend(state.coalescer.due(now));
+            if closing {
+                batch.extend(state.coalescer.drain());
+            } else {
+                batch.extend(state.coalescer.due(now));
+            }
             state.in_flight = batch.len();
             batch
         };
         if batch.is_empty() {
+            if closing {
+                return;
+            }
             continue;
         }
         if open.as_ref().is_none_or(|o| o.client.is_closed()) {
@@ -303,6 +321,9 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
                 }
                 Err(error) => {
                     fail(&shared, &batch, now, &error);
+                    if closing {
+                        return;
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
@@ -330,6 +351,9 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
             }
         }
         lock(&shared.state).in_flight = 0;
+        if closing {
+            return;
+        }
     }
 }
 
