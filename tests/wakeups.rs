@@ -757,3 +757,62 @@ async fn a_dropped_notifier_sends_what_it_owes() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `schema-gen statements --queue NAME` prints the queue's channel and its
+/// `LISTEN`, in both formats; the printed `LISTEN`, run as it is, receives
+/// what the library's notifier sends to that queue (a hashed channel here).
+#[test]
+fn the_statements_listing_prints_a_queues_channel_that_works() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let queue = "Mail.EU";
+    let runtime = harness::cli::runtime();
+    let (admin, schema) = runtime.block_on(schema("wake_cli"));
+    let channel = WakeChannel::new(&schema, queue);
+    let args = ["statements", "--schema", schema.as_str(), "--queue", queue];
+    let sql = harness::cli::run(&args);
+    assert_eq!(sql.code, std::process::ExitCode::SUCCESS, "{}", sql.stderr);
+    let listen = sql
+        .stdout
+        .split_once("-- listen: the wake-up channel of queue \"Mail.EU\"\n")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| panic!("no LISTEN for {queue}:\n{}", sql.stdout));
+    assert_eq!(listen, format!("{};", wake::listen(&channel)));
+    let json = harness::cli::run(&[&args[..], &["--format", "json"]].concat());
+    let parsed: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.stdout));
+    assert_eq!(parsed["wake"]["channels"][0]["queue"], queue);
+    assert_eq!(parsed["wake"]["channels"][0]["channel"], channel.as_str());
+    assert!(channel.is_hashed());
+
+    runtime.block_on(async move {
+        let (client, connection) = tokio_postgres::connect(&harness::database_url(), NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut messages = messages(connection);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let name = channel.as_str().to_owned();
+        tokio::spawn(async move {
+            let mut tx = Some(tx);
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(n) = message
+                    && n.channel() == name
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        exec(&client, listen).await;
+        let notifier = Notifier::start(direct(), schema.clone(), Duration::from_millis(10))
+            .await
+            .unwrap_or_else(|e| panic!("notifier: {e}"));
+        notifier.wake(queue);
+        tokio::time::timeout(HANG, rx)
+            .await
+            .unwrap_or_else(|_| panic!("the printed LISTEN received nothing"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(admin);
+    });
+}

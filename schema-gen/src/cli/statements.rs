@@ -140,8 +140,9 @@ fn sql(all: &[Statement], channels: &[Channel]) -> String {
          -- One claim runs, in order: {}.\n\
          -- To EXPLAIN one: PREPARE p(<types>) AS <statement>; EXPLAIN (ANALYZE, BUFFERS) EXECUTE p(<values>);\n\
          -- Wake-ups: workers LISTEN on their queue's channel, `wake` notifies it ($1 the channel);\n\
-         -- {CHANNEL_RULE} (--queue NAME prints a queue's).\n",
-        CLAIM_PATH.join(", ")
+         -- {} (--queue NAME prints a queue's).\n",
+        CLAIM_PATH.join(", "),
+        CHANNEL_RULE.replace("; ", ";\n-- ")
     );
     for statement in all {
         out.push_str(&format!("\n-- {}\n", statement.name()));
