@@ -18,10 +18,11 @@
 //!   and cut to 46 bytes, for people reading `pg_listening_channels()`; the
 //!   hash is 16 lowercase hex digits, the first 64 bits of SHA-256 over the
 //!   schema name, a zero byte and the queue's UTF-8 bytes, and it alone
-//!   tells queues apart: `alkstore:mail_eu#1c5e...`. A readable channel
-//!   never holds `#`, so the two forms never meet; two hashed channels meet
-//!   only if their pairs' 64-bit hashes collide (with 10,000 queues on one
-//!   database, about one chance in 10^11).
+//!   tells queues apart (`Mail.EU` becomes `alkstore:mail_eu#` and 16
+//!   digits). A readable channel never holds `#`, so the two forms never
+//!   meet; two hashed channels meet only if their pairs' 64-bit hashes
+//!   collide (with 10,000 queues on one database, about one chance in
+//!   10^11).
 //!
 //! Why not always the hash: operators read channels in
 //! `pg_listening_channels()` and `pg_stat_activity`, and almost every queue
