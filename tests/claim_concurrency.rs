@@ -26,7 +26,7 @@ use std::sync::Arc;
 use harness::engine::{engine_schema, run};
 use harness::{describe_error, exec};
 use schema_gen::statements::{FromRow, Statement, jobs};
-use schema_model::{Job, QueueOpts, SchemaName};
+use schema_model::{Job, SchemaName};
 use tokio::sync::Barrier;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
@@ -44,21 +44,18 @@ const NOW: i64 = 1_700_000_000;
 const NEVER_WAIT: &str = "SET lock_timeout = '10s'";
 
 fn job(queue: &str, priority: i32, run_at: i64) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: b"p".to_vec(),
-        priority,
-        run_at,
-        expires_at: None,
-        enqueued_at: NOW - 100,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 5,
-            backoff_base_s: 1,
-            dead_letter_retention_s: 60,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = b"p".to_vec();
+    job.priority = priority;
+    job.run_at = run_at;
+    job.expires_at = None;
+    job.enqueued_at = NOW - 100;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 5;
+    job.opts.backoff_base_s = 1;
+    job.opts.dead_letter_retention_s = 60;
+    job
 }
 
 /// Enqueues `jobs` (as of `now`) with the product's batch statement; their ids.

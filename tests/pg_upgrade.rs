@@ -1408,19 +1408,18 @@ async fn new_engine(
         let now = now();
         if left > 0 {
             left -= 1;
-            let job = schema_model::Job {
-                queue: "mail".into(),
-                payload: vec![8],
-                priority: 1,
-                run_at: now,
-                enqueued_at: now,
-                opts: schema_model::QueueOpts {
-                    visibility_timeout_s: 30,
-                    max_attempts: 3,
-                    backoff_base_s: 1,
-                    dead_letter_retention_s: 600,
-                },
-                ..schema_model::Job::default()
+            let job = {
+                let mut job = schema_model::Job::default();
+                job.queue = "mail".into();
+                job.payload = vec![8];
+                job.priority = 1;
+                job.run_at = now;
+                job.enqueued_at = now;
+                job.opts.visibility_timeout_s = 30;
+                job.opts.max_attempts = 3;
+                job.opts.backoff_base_s = 1;
+                job.opts.dead_letter_retention_s = 600;
+                job
             };
             let enqueue = jobs::enqueue(&schema, &job, now);
             match client.query(enqueue.sql(), &enqueue.args()).await {

@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use harness::engine::engine_schema;
 use harness::exec;
 use harness::pgbouncer::{self, PoolMode};
-use schema_gen::statements::{Job, QueueOpts, Session, jobs, wake};
+use schema_gen::statements::{Job, Session, jobs, wake};
 use schema_gen::wake::{
     Connect, Connecting, ListenError, Listener, ListenerOptions, ListenerState, Notifier,
     PoolEvidence, Wake, connector, messages,
@@ -50,19 +50,14 @@ fn direct() -> impl Connect {
 }
 
 fn job(queue: &str, run_at: i64) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: b"wake".to_vec(),
-        run_at,
-        enqueued_at: run_at,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 3,
-            backoff_base_s: 10,
-            dead_letter_retention_s: 600,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::new(queue, b"wake".to_vec());
+    job.run_at = run_at;
+    job.enqueued_at = run_at;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 3;
+    job.opts.backoff_base_s = 10;
+    job.opts.dead_letter_retention_s = 600;
+    job
 }
 
 async fn schema(prefix: &str) -> (Client, SchemaName) {

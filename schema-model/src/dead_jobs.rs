@@ -127,7 +127,12 @@ impl TableModel for DeadJobs {
 
 /// A dead job, as the engine writes a [`DeadJobs`] row (`purge_at` is
 /// computed by the database, so it is not a field).
+///
+/// Not exhaustive (a new column is not a breaking change for engines): the
+/// statements build it; outside this crate, start from
+/// [`DeadJob::default`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeadJob {
     /// The job's id, kept from `jobs`.
     pub id: i64,

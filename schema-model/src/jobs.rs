@@ -248,7 +248,17 @@ impl TableModel for Jobs {
 
 /// The queue options stamped onto every job at enqueue, so a later change to
 /// the queue's configuration never rewrites the terms of a job already queued.
+///
+/// Not exhaustive (a new option is not a breaking change): outside this
+/// crate, start from [`QueueOpts::default`] and set the fields.
+///
+/// ```
+/// let mut opts = schema_model::QueueOpts::default();
+/// opts.visibility_timeout_s = 30;
+/// opts.max_attempts = 5;
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct QueueOpts {
     /// Seconds a claim lasts before the job is claimable again.
     pub visibility_timeout_s: i64,
@@ -262,7 +272,22 @@ pub struct QueueOpts {
 
 /// A live job, as the engine reads and writes a [`Jobs`] row (`ready` is
 /// the statements' bookkeeping, derived from `run_at`, so it is not a field).
+///
+/// Not exhaustive (a new column is not a breaking change for engines):
+/// outside this crate, start from [`Job::new`] (or [`Job::default`]) and
+/// set the fields.
+///
+/// ```
+/// use schema_model::Job;
+///
+/// let mut job = Job::new("mail", b"{}".to_vec());
+/// job.priority = 3;
+/// job.run_at = 1_700_000_000;
+/// job.opts.max_attempts = 5;
+/// assert_eq!(job.queue, "mail");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Job {
     /// Engine-assigned id (enqueue order).
     pub id: i64,
@@ -291,4 +316,17 @@ pub struct Job {
     pub claim_expires_at: Option<i64>,
     /// The last attempt's error.
     pub last_error: Option<String>,
+}
+
+impl Job {
+    /// A job for `queue` carrying `payload`, every other field at its
+    /// default (priority 0, due at the epoch, no expiry, zero options: set
+    /// what the queue stamps).
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            queue: queue.into(),
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
 }

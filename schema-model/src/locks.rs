@@ -73,7 +73,11 @@ impl TableModel for Locks {
 }
 
 /// A lock, as the engine reads a [`Locks`] row.
+///
+/// Not exhaustive (a new column is not a breaking change for engines): the
+/// statements build it; outside this crate, start from [`Lock::default`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Lock {
     /// Unique name.
     pub name: String,

@@ -11,11 +11,14 @@
 //! enqueue -> claim -> ack loop on another product schema (the load, with
 //! the engine's vacuum step). The variants:
 //!
-//! - the product with the library's [`Listener`] and [`Notifier`] (the
-//!   notify sent by the notifier's task after the enqueue returned);
-//! - the same with [`Notifier::lead`]: the notify pipelined behind the
-//!   enqueue, one round trip (and once with a plain `pg_notify`, whose
-//!   transaction waits for its flush, for contrast);
+//! - the product with the library's [`Listener`] and the notify pipelined
+//!   behind the enqueue, as [`Notifier::run_and_wake`] sends it (shipped);
+//!   the worker claims alone after a notification, runs the claim path
+//!   (promote, claim) otherwise;
+//! - the same with the notify sent by the notifier's task after the
+//!   enqueue returned ([`Notifier::wake`]);
+//! - the shipped path with the workers' sessions on generic plans (a
+//!   reference: the claim's planning in the pickup);
 //! - the product polling every 100 ms and every 1 s;
 //! - graphile-worker 0.17: its `add_job` (which notifies `jobs:insert` in
 //!   its own transaction) and its worker's get and complete, replayed
@@ -23,12 +26,17 @@
 //!   listening on `jobs:insert` and nudging its worker as graphile-worker's
 //!   pool does.
 //!
-//! **Enqueue throughput**: eight clients, each an engine of its own (its own
-//! notifier), enqueue one job per statement for the loop's time, the
-//! variants taking turns in four slices: no wake-ups; the notifier; the
-//! lead; a notify pipelined after every enqueue (no coalescing); the notify
-//! inside every enqueue transaction (`BEGIN; enqueue; pg_notify; COMMIT`,
-//! one round trip); graphile-worker's `add_job`.
+//! The time each claim that returned a job took is reported beside the
+//! pickup: the rest is the wake-up's path.
+//!
+//! **Enqueue throughput**: eight clients enqueue one job per statement for
+//! the loop's time, the variants taking turns in four slices: no wake-ups;
+//! the shipped path with one notifier for the eight (one engine process)
+//! and with a notifier each (eight engines); the notifier's task sending
+//! every notification; a notify pipelined after every enqueue (no
+//! coalescing); the notify inside every enqueue transaction (`BEGIN;
+//! enqueue; pg_notify; COMMIT`, one round trip); graphile-worker's
+//! `add_job`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,9 +82,10 @@ pub enum Pickup {
     /// The library's listener; the producer pipelines the notify behind
     /// its enqueue ([`Notifier::lead`]).
     Lead,
-    /// As [`Pickup::Lead`], with a plain `pg_notify` whose transaction
-    /// waits for its flush.
-    LeadFlushed,
+    /// As [`Pickup::Lead`], the workers' sessions with `plan_cache_mode =
+    /// force_generic_plan` (a reference: how much of the pickup is the
+    /// claim's planning).
+    LeadGeneric,
     /// The worker claims every so many milliseconds.
     Poll(u64),
     /// graphile-worker's `jobs:insert`.
@@ -90,8 +99,8 @@ impl Pickup {
                 "alkstore, wake-ups: notify pipelined behind the enqueue (shipped)".to_owned()
             }
             Pickup::Notifier => "alkstore, wake-ups: notify sent by the notifier's task".to_owned(),
-            Pickup::LeadFlushed => {
-                "alkstore, wake-ups: pipelined, plain pg_notify (waits for its flush)".to_owned()
+            Pickup::LeadGeneric => {
+                "ref: shipped, workers with plan_cache_mode = force_generic_plan".to_owned()
             }
             Pickup::Poll(every) if every >= 1000 => {
                 format!("alkstore, polling every {} s", every / 1000)
@@ -122,6 +131,8 @@ pub struct PickupRow {
     variant: Pickup,
     load: Load,
     latency: Recorder,
+    /// The claims that returned a job.
+    claim: Recorder,
     claims: u64,
     notifications: u64,
 }
@@ -130,8 +141,11 @@ pub struct PickupRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueue {
     Off,
+    /// The eight clients are one engine: one notifier for them all.
     Notifier,
     Lead,
+    /// The eight clients are eight engines: a notifier each.
+    LeadPerClient,
     AfterEach,
     InTransaction,
     Graphile,
@@ -141,7 +155,12 @@ impl Enqueue {
     fn label(self) -> &'static str {
         match self {
             Enqueue::Off => "alkstore, no wake-ups",
-            Enqueue::Lead => "alkstore, notify pipelined behind the enqueue, coalesced (shipped)",
+            Enqueue::Lead => {
+                "alkstore, notify pipelined behind the enqueue, coalesced (shipped): one engine"
+            }
+            Enqueue::LeadPerClient => {
+                "alkstore, the same, each client an engine (8 notifiers coalescing apart)"
+            }
             Enqueue::Notifier => "alkstore, notify sent by the notifier's task, coalesced",
             Enqueue::AfterEach => "alkstore, notify pipelined behind every enqueue",
             Enqueue::InTransaction => "alkstore, pg_notify inside every enqueue transaction",
@@ -183,7 +202,7 @@ pub async fn run(
     let mut variants = vec![
         Pickup::Lead,
         Pickup::Notifier,
-        Pickup::LeadFlushed,
+        Pickup::LeadGeneric,
         Pickup::Poll(100),
         Pickup::Poll(1000),
     ];
@@ -229,6 +248,8 @@ pub async fn run(
 struct Times {
     enqueued: Mutex<HashMap<i64, Instant>>,
     picked: Mutex<Vec<(i64, Instant)>>,
+    /// The round trip of each claim that returned a job.
+    claims: Mutex<Recorder>,
 }
 
 impl Times {
@@ -239,12 +260,17 @@ impl Times {
             .insert(id, at);
     }
 
-    fn picked(&self, id: i64) {
+    /// Job `id` came back from the claim sent at `claim_sent`.
+    fn picked(&self, id: i64, claim_sent: Instant) {
         let at = Instant::now();
         self.picked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((id, at));
+        self.claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(at - claim_sent);
     }
 
     fn picked_count(&self) -> usize {
@@ -276,15 +302,12 @@ impl Gaps {
     }
 }
 
-fn job(now: i64, n: usize) -> Job {
-    Job {
-        queue: QUEUE.to_owned(),
-        payload: format!("{{\"n\":{n}}}").into_bytes(),
-        run_at: now,
-        enqueued_at: now,
-        opts: harness::bench::queue_opts(),
-        ..Job::default()
-    }
+fn job(now: i64, payload: Vec<u8>) -> Job {
+    let mut job = Job::new(QUEUE, payload);
+    job.run_at = now;
+    job.enqueued_at = now;
+    job.opts = harness::bench::queue_opts();
+    job
 }
 
 fn direct() -> impl schema_gen::wake::Connect {
@@ -333,6 +356,9 @@ async fn pickup_cell(
                 ),
             };
             let session = Session::new(harness::connect().await, schema.clone());
+            if variant == Pickup::LeadGeneric {
+                exec(session.client(), "SET plan_cache_mode = force_generic_plan").await;
+            }
             session
                 .prepare_all()
                 .await
@@ -373,6 +399,11 @@ async fn pickup_cell(
             variant,
             load,
             latency: times.latency(),
+            claim: times
+                .claims
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             claims: claims.load(Ordering::Relaxed),
             notifications,
         },
@@ -393,25 +424,16 @@ async fn produce(system: &System, variant: Pickup, samples: usize, times: &Times
             let notifier = Notifier::start(direct(), schema.clone(), INTERVAL)
                 .await
                 .unwrap_or_else(|e| panic!("notifier: {e}"));
-            // The contrast: a plain notify, whose transaction waits for its flush.
-            let flushed = session
-                .client()
-                .prepare_typed(
-                    "SELECT pg_catalog.pg_notify($1, '')",
-                    &[tokio_postgres::types::Type::TEXT],
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{}", db_error("prepare notify", &e)));
             // The producer sends what `Notifier::run_and_wake` sends (the lead
             // variants), and stamps the commit when the enqueue's own result
             // arrives, before the notify's.
             for n in 0..samples {
                 tokio::time::sleep(gaps.next()).await;
                 let now = unix_now();
-                let job = job(now, n);
+                let job = job(now, format!("{{\"n\":{n}}}").into_bytes());
                 let enqueue = jobs::Enqueue { job: &job, now };
                 let lead = match variant {
-                    Pickup::Lead | Pickup::LeadFlushed => notifier.lead(QUEUE),
+                    Pickup::Lead | Pickup::LeadGeneric => notifier.lead(QUEUE),
                     _ => None,
                 };
                 let (id, committed) = match lead {
@@ -425,19 +447,10 @@ async fn produce(system: &System, variant: Pickup, samples: usize, times: &Times
                             (id, Instant::now())
                         };
                         let notify = async {
-                            if variant == Pickup::LeadFlushed {
-                                session
-                                    .client()
-                                    .query(&flushed, &[&channel.as_str()])
-                                    .await
-                                    .map(drop)
-                                    .unwrap_or_else(|e| panic!("{}", db_error("notify", &e)));
-                            } else {
-                                session
-                                    .run(&wake::Notify { channel: &channel })
-                                    .await
-                                    .unwrap_or_else(|e| panic!("notify: {e}"));
-                            }
+                            session
+                                .run(&wake::Notify { channel: &channel })
+                                .await
+                                .unwrap_or_else(|e| panic!("notify: {e}"));
                         };
                         futures_util::future::join(enqueued, notify).await.0
                     }
@@ -498,6 +511,7 @@ async fn product_worker(
         };
         // A notification means jobs were made ready: the claim alone. Any
         // other turn runs the claim path (promote, claim).
+        let sent = Instant::now();
         let claimed = if woke == Wake::Notified {
             session.run(&claim).await
         } else {
@@ -515,7 +529,7 @@ async fn product_worker(
         woke = Wake::Deadline;
         claims.fetch_add(1, Ordering::Relaxed);
         if let Some(job) = claimed.first() {
-            times.picked(job.id);
+            times.picked(job.id, sent);
             session
                 .run(&jobs::Ack {
                     id: job.id,
@@ -576,6 +590,7 @@ async fn graphile_worker(
     let get = replay(&sql.get1, &[]);
     while !*stopped.borrow() {
         wakeups.borrow_and_update();
+        let sent = Instant::now();
         let rows = conn
             .query(&get)
             .await
@@ -585,7 +600,7 @@ async fn graphile_worker(
             let id: i64 = row
                 .try_get("id")
                 .unwrap_or_else(|e| panic!("graphile-worker's get returned no id: {e}"));
-            times.picked(id);
+            times.picked(id, sent);
             conn.query(&replay(&sql.complete1, &[(0, Param::Int(id))]))
                 .await
                 .unwrap_or_else(|e| panic!("{}", db_error("graphile-worker complete", &e)));
@@ -704,7 +719,7 @@ struct EnqueueWorker {
     variant: Enqueue,
     schema: SchemaName,
     channel: WakeChannel,
-    notifier: Option<Notifier>,
+    notifier: Option<Arc<Notifier>>,
     graphile: Option<Arc<GraphileSql>>,
     latency: Recorder,
     /// Notifications this client sent itself, besides its notifier's.
@@ -725,17 +740,14 @@ impl Worker for EnqueueWorker {
         let now = unix_now();
         let payload = format!("{{\"client\":{},\"n\":{}}}", self.client, self.n);
         self.n += 1;
-        let job = Job {
-            payload: payload.clone().into_bytes(),
-            ..job(now, 0)
-        };
+        let job = job(now, payload.clone().into_bytes());
         let enqueue = jobs::Enqueue { job: &job, now };
         let failed = |e: schema_gen::statements::StatementError| e.to_string();
         match self.variant {
             Enqueue::Off => {
                 self.session()?.run(&enqueue).await.map_err(failed)?;
             }
-            Enqueue::Lead => {
+            Enqueue::Lead | Enqueue::LeadPerClient => {
                 let notifier = self.notifier.as_ref().ok_or("no notifier")?;
                 notifier
                     .run_and_wake(self.session()?, &enqueue, QUEUE)
@@ -796,6 +808,7 @@ async fn throughput(
     let mut variants = vec![
         Enqueue::Off,
         Enqueue::Lead,
+        Enqueue::LeadPerClient,
         Enqueue::Notifier,
         Enqueue::AfterEach,
         Enqueue::InTransaction,
@@ -823,15 +836,22 @@ async fn throughput(
         };
         let schema = SchemaName::new(&schema_name)
             .unwrap_or_else(|_| harness::unique_schema_name("wake_unused"));
+        let notifier = || async {
+            Arc::new(
+                Notifier::start(direct(), schema.clone(), INTERVAL)
+                    .await
+                    .unwrap_or_else(|e| panic!("notifier: {e}")),
+            )
+        };
+        let shared = match variant {
+            Enqueue::Notifier | Enqueue::Lead => Some(notifier().await),
+            _ => None,
+        };
         let mut workers = Vec::new();
         for client in 0..CLIENTS {
             let notifier = match variant {
-                Enqueue::Notifier | Enqueue::Lead => Some(
-                    Notifier::start(direct(), schema.clone(), INTERVAL)
-                        .await
-                        .unwrap_or_else(|e| panic!("notifier: {e}")),
-                ),
-                _ => None,
+                Enqueue::LeadPerClient => Some(notifier().await),
+                _ => shared.clone(),
             };
             let on_conn = matches!(variant, Enqueue::InTransaction | Enqueue::Graphile);
             let (session, conn) = if on_conn {
@@ -872,10 +892,12 @@ async fn throughput(
     let mut out = Vec::new();
     for (variant, schema, workers, jobs, seconds) in runners {
         let latency = Recorder::merged(&workers, |w| &w.latency);
-        let sent: u64 = workers
-            .iter()
-            .map(|w| w.sent + w.notifier.as_ref().map_or(0, |n| n.stats().sent))
-            .sum();
+        // Each notifier once, however many clients share it.
+        let mut notifiers: Vec<&Arc<Notifier>> =
+            workers.iter().filter_map(|w| w.notifier.as_ref()).collect();
+        notifiers.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let sent: u64 = workers.iter().map(|w| w.sent).sum::<u64>()
+            + notifiers.iter().map(|n| n.stats().sent).sum::<u64>();
         out.push(ThroughputRow {
             variant,
             jobs_per_s: jobs as f64 / seconds,
@@ -913,6 +935,7 @@ pub fn report(report: &mut Report, measured: &Measured) {
         "load",
         "pickup p50>",
         "p99>",
+        "of which the claim, p50>",
         "claims / job>",
         "notifications / job>",
     ]);
@@ -923,6 +946,7 @@ pub fn report(report: &mut Report, measured: &Measured) {
             row.load.label().to_owned(),
             ms(row.latency.p50_ms()),
             ms(row.latency.p99_ms()),
+            ms(row.claim.p50_ms()),
             format!("{:.2}", row.claims as f64 / jobs),
             format!("{:.2}", row.notifications as f64 / jobs / ENGINES as f64),
         ]);
@@ -952,10 +976,11 @@ pub fn report(report: &mut Report, measured: &Measured) {
 
     report.heading("Wake-ups: enqueue throughput");
     report.para(&format!(
-        "{CLIENTS} clients, each an engine of its own (its own connection, and for the notifier \
-         variants its own notifier and connection), enqueue one job per statement on one queue, \
-         `synchronous_commit` on; the variants take turns in {SLICES} slices. Notifications / s: \
-         what the clients and their notifiers sent."
+        "{CLIENTS} clients, each on its own connection, enqueue one job per statement on one \
+         queue, `synchronous_commit` on; the variants take turns in {SLICES} slices. One engine: \
+         the clients share one notifier (the library coalesces per process and queue); each \
+         client an engine: a notifier each, so up to {CLIENTS} notifications per interval. \
+         Notifications / s: what the clients and their notifiers sent."
     ));
     let off = measured
         .throughput
@@ -988,7 +1013,9 @@ pub fn report(report: &mut Report, measured: &Measured) {
     {
         let r = ratio(Some(notifier.jobs_per_s), off);
         report.verdict(
-            format!("enqueue throughput with wake-ups >= 0.95x without ({CLIENTS} clients)"),
+            format!(
+                "enqueue throughput with wake-ups >= 0.95x without ({CLIENTS} clients, one engine)"
+            ),
             times(r),
             r.is_some_and(|r| r >= 0.95),
         );

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::{TryStreamExt, pin_mut};
 use tokio_postgres::{Client, GenericClient, Row, Transaction};
 
-use schema_model::SchemaName;
+use schema_model::{Layout, SchemaName};
 
-use super::{Call, Output, Returns, StatementError, all};
+use super::{Call, Output, Returns, StatementError, registry};
 
 /// The statements prepared on one connection, by name.
 type Prepared = Arc<Mutex<HashMap<&'static str, tokio_postgres::Statement>>>;
@@ -25,6 +25,11 @@ type Prepared = Arc<Mutex<HashMap<&'static str, tokio_postgres::Statement>>>;
 /// connection ([`Client`]) or a transaction on it
 /// ([`transaction`](Session::transaction)); both share the statements
 /// prepared so far.
+///
+/// A session knows the [`Layout`] of its engine schema (a single server
+/// unless created [`with_layout`](Session::with_layout)): it decides what
+/// [`prepare_all`](Self::prepare_all) prepares, the layout's
+/// [`registry`](super::registry()).
 ///
 /// # The claim path: one round trip, no transaction
 ///
@@ -57,16 +62,24 @@ type Prepared = Arc<Mutex<HashMap<&'static str, tokio_postgres::Statement>>>;
 pub struct Session<C = Client> {
     client: C,
     schema: SchemaName,
+    layout: Layout,
     prepared: Prepared,
 }
 
 impl<C: GenericClient + Sync> Session<C> {
-    /// A session on `client` for the engine schema `schema`. Nothing is
-    /// prepared yet.
+    /// A session on `client` for the engine schema `schema` on a single
+    /// server. Nothing is prepared yet.
     pub fn new(client: C, schema: SchemaName) -> Self {
+        Self::with_layout(client, schema, Layout::SingleServer)
+    }
+
+    /// A session on `client` for the engine schema `schema` under `layout`
+    /// (on Citus, connect to the coordinator). Nothing is prepared yet.
+    pub fn with_layout(client: C, schema: SchemaName, layout: Layout) -> Self {
         Self {
             client,
             schema,
+            layout,
             prepared: Prepared::default(),
         }
     }
@@ -84,6 +97,12 @@ impl<C: GenericClient + Sync> Session<C> {
     /// The engine schema the statements name.
     pub fn schema(&self) -> &SchemaName {
         &self.schema
+    }
+
+    /// The layout of the engine schema: which statements
+    /// [`prepare_all`](Self::prepare_all) prepares.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// Runs `call`, preparing its statement first if this connection has not
@@ -137,7 +156,8 @@ impl<C: GenericClient + Sync> Session<C> {
         Ok((first?, second?))
     }
 
-    /// Prepares every statement of [`all`] that this connection has not
+    /// Prepares every statement of this session's layout
+    /// ([`registry`](super::registry())) that this connection has not
     /// prepared yet, in one round trip, so that no later call waits for a
     /// preparation.
     ///
@@ -148,9 +168,9 @@ impl<C: GenericClient + Sync> Session<C> {
     pub async fn prepare_all(&self) -> Result<(), StatementError> {
         let missing: Vec<_> = {
             let prepared = self.lock();
-            all(&self.schema)
-                .into_iter()
-                .filter(|statement| !prepared.contains_key(statement.name()))
+            registry(self.layout)
+                .filter(|entry| !prepared.contains_key(entry.name()))
+                .map(|entry| entry.statement(&self.schema))
                 .collect()
         };
         let results = futures_util::future::join_all(missing.iter().map(|statement| async move {
@@ -235,6 +255,7 @@ impl Session<Client> {
         Ok(Session {
             client: transaction,
             schema: self.schema.clone(),
+            layout: self.layout,
             prepared: Arc::clone(&self.prepared),
         })
     }
@@ -264,5 +285,24 @@ impl Session<Transaction<'_>> {
             .rollback()
             .await
             .map_err(|e| StatementError::from_driver("rollback", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statements::jobs;
+
+    /// A session's futures can move between threads (`tokio::spawn`).
+    #[test]
+    fn a_session_runs_on_any_thread() {
+        fn send<T: Send>(_: &T) {}
+        fn check(session: &Session) {
+            let call = jobs::Reap { now: 1, limit: 1 };
+            send(&session.run(&call));
+            send(&session.run_pipelined(&call, &call));
+            send(&session.prepare_all());
+        }
+        let _ = check;
     }
 }

@@ -9,90 +9,118 @@
 //! wake-ups never sends these.
 
 use sea_query::{Expr, ExprTrait, Func, Order, Query};
-use sea_query_postgres::PostgresValues;
+use sea_query_postgres::PostgresBinder;
 
 use schema_model::{Jobs, SchemaName, SqlType, WakeChannel};
 
+use super::binder::{Binder, table};
+use super::define::{Build, statement};
 use super::row::get;
-use super::{Call, Decode, Done, Optional, RowError, Statement, build, table, values};
+use super::{Decode, Done, Optional, RowError};
 
-/// Wake: notifies the workers listening on `channel` (a queue's
-/// [`WakeChannel`]) that its queue has work: `pg_notify` with an empty
-/// payload, in a transaction of its own that commits without waiting for
-/// its WAL flush (`set_config('synchronous_commit', 'off', true)`, for this
-/// transaction only).
-///
-/// Send it after the enqueue (or the promote, or the retry) has committed,
-/// never inside that transaction: a transaction that notified takes a
-/// database-wide lock at commit (`pg_notify`'s queue lock), so a notify in
-/// every enqueue transaction serialises the commits of all writers
-/// (BENCHMARKS.md, "Wake-ups", measures it). A notification carries no
-/// durable state and is lost in a crash anyway, so its transaction need not
-/// wait for a flush: the listeners are woken a flush earlier.
-///
-/// Both functions are `pg_catalog`'s, named with their schema: nothing on
-/// the caller's `search_path` can stand in for them. The text names no
-/// table and does not depend on the schema; the channel does.
-///
-/// ```
-/// use schema_gen::statements::wake;
-/// use schema_model::{SchemaName, WakeChannel};
-///
-/// let channel = WakeChannel::new(&SchemaName::default(), "mail");
-/// let s = wake::notify(&channel);
-/// assert_eq!(
-///     s.sql(),
-///     "SELECT pg_catalog.set_config('synchronous_commit', 'off', TRUE), \
-///      pg_catalog.pg_notify($1, '')"
-/// );
-/// assert_eq!(s.param_names(), ["channel"]);
-/// ```
-pub fn notify(channel: &WakeChannel) -> Statement {
-    build("wake", |b| {
-        let channel = b.bind("channel", SqlType::Text, channel.as_str().into());
-        Query::select()
-            .expr(Func::cust(catalog("set_config")).args([
-                Expr::Constant("synchronous_commit".into()),
-                Expr::Constant("off".into()),
-                Expr::Constant(true.into()),
-            ]))
-            .expr(Func::cust(catalog("pg_notify")).args([channel, Expr::Constant("".into())]))
-            .to_owned()
-    })
+statement! {
+    name: "wake",
+    returns: Done,
+    /// Wake: notifies the workers listening on `channel` (a queue's
+    /// [`WakeChannel`]) that its queue has work: `pg_notify` with an empty
+    /// payload, in a transaction of its own. The text names no table and
+    /// does not depend on the schema; the channel does.
+    ///
+    /// Send it after the enqueue (or the promote, or the retry) has
+    /// committed, never inside that transaction: a transaction that notified
+    /// takes a database-wide lock at commit and holds it through its flush,
+    /// so a notify in every enqueue transaction serialises the commits of
+    /// all writers (BENCHMARKS.md, "Wake-ups", measures it). Its own
+    /// transaction writes no WAL before its commit record, so PostgreSQL
+    /// commits it without waiting for a flush, whatever
+    /// `synchronous_commit` says: it costs what a `SELECT 1` costs.
+    ///
+    /// `pg_catalog`'s function, named with its schema: nothing on the
+    /// caller's `search_path` can stand in for it.
+    ///
+    /// ```
+    /// use schema_gen::statements::wake;
+    /// use schema_model::{SchemaName, WakeChannel};
+    ///
+    /// let schema = SchemaName::default();
+    /// let s = wake::notify(&schema, &WakeChannel::new(&schema, "mail"));
+    /// assert_eq!(s.sql(), "SELECT pg_catalog.pg_notify($1, '')");
+    /// assert_eq!(s.param_names(), ["channel"]);
+    /// ```
+    pub fn notify;
+    /// A call of [`notify`].
+    pub struct Notify<'a> {
+        /// The queue's channel.
+        pub channel: &'a WakeChannel,
+    }
 }
 
-/// Next due: the `run_at` of the earliest job of `queue` that is not ready
-/// yet (scheduled for later, or a retry backing off), or no row: when a
-/// worker that found nothing to claim must look again at the latest,
-/// because no notification comes when a scheduled job comes due. The
-/// first entry of `jobs_promote_idx (queue, run_at) WHERE NOT ready`.
-///
-/// ```
-/// use schema_gen::statements::wake;
-/// use schema_model::SchemaName;
-///
-/// let s = wake::next_due(&SchemaName::default(), "mail");
-/// assert_eq!(
-///     s.sql(),
-///     concat!(
-///         r#"SELECT "run_at" FROM "alkstore"."jobs" WHERE "queue" = $1 AND (NOT "ready") "#,
-///         r#"ORDER BY "run_at" ASC LIMIT $2"#,
-///     )
-/// );
-/// assert_eq!(s.param_names(), ["queue", "limit"]);
-/// ```
-pub fn next_due(schema: &SchemaName, queue: &str) -> Statement {
-    build("next_due", |b| {
+impl Build for Notify<'_> {
+    fn build(&self, _schema: &SchemaName, b: &mut Binder) -> impl PostgresBinder {
+        let channel = b.bind("channel", SqlType::Text, self.channel.as_str().into());
+        Query::select()
+            .expr(Func::cust("pg_catalog.pg_notify").args([channel, Expr::Constant("".into())]))
+            .take()
+    }
+}
+
+statement! {
+    name: "next_due",
+    returns: Optional<RunAt>,
+    /// Next due: the `run_at` of the earliest job of `queue` that is not
+    /// ready yet (scheduled for later, or a retry backing off), or no row:
+    /// when a worker that found nothing to claim must look again at the
+    /// latest, because no notification comes when a scheduled job comes
+    /// due. The first entry of `jobs_promote_idx (queue, run_at) WHERE NOT
+    /// ready`.
+    ///
+    /// ```
+    /// use schema_gen::statements::wake;
+    /// use schema_model::SchemaName;
+    ///
+    /// let s = wake::next_due(&SchemaName::default(), "mail");
+    /// assert_eq!(
+    ///     s.sql(),
+    ///     concat!(
+    ///         r#"SELECT "run_at" FROM "alkstore"."jobs" WHERE "queue" = $1 AND (NOT "ready") "#,
+    ///         r#"ORDER BY "run_at" ASC LIMIT $2"#,
+    ///     )
+    /// );
+    /// assert_eq!(s.param_names(), ["queue", "limit"]);
+    /// ```
+    pub fn next_due;
+    /// A call of [`next_due`]: the earliest `run_at` of the queue's jobs
+    /// that are not ready yet, or `None`.
+    pub struct NextDue<'a> {
+        /// The queue.
+        pub queue: &'a str,
+    }
+}
+
+impl Build for NextDue<'_> {
+    fn build(&self, schema: &SchemaName, b: &mut Binder) -> impl PostgresBinder {
         let mut select = Query::select();
         select
             .column(Jobs::RunAt)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).eq(b.col(Jobs::Queue, queue)))
+            .and_where(Expr::col(Jobs::Queue).eq(b.col(Jobs::Queue, self.queue)))
             .and_where(Expr::col(Jobs::Ready).not())
             .order_by(Jobs::RunAt, Order::Asc);
         b.limit(&mut select, 1);
         select
-    })
+    }
+}
+
+/// The `run_at` a statement returned.
+#[derive(Debug)]
+pub struct RunAt;
+
+impl Decode for RunAt {
+    type Output = i64;
+
+    fn decode(row: &tokio_postgres::Row) -> Result<i64, RowError> {
+        get(row, Jobs::RunAt)
+    }
 }
 
 /// `LISTEN "<channel>"`: the channel quoted as every identifier is
@@ -113,63 +141,4 @@ pub fn listen(channel: &WakeChannel) -> String {
 /// `UNLISTEN "<channel>"`.
 pub fn unlisten(channel: &WakeChannel) -> String {
     format!("UNLISTEN {}", crate::render::quote_ident(channel.as_str()))
-}
-
-/// `pg_catalog.<function>`: sea-query writes a custom function's name as
-/// given.
-fn catalog(function: &str) -> String {
-    format!("pg_catalog.{function}")
-}
-
-/// A call of [`notify`].
-#[derive(Debug, Clone, Copy)]
-pub struct Notify<'a> {
-    /// The queue's channel.
-    pub channel: &'a WakeChannel,
-}
-
-impl Call for Notify<'_> {
-    const NAME: &'static str = "wake";
-    type Returns = Done;
-
-    fn statement(&self, _schema: &SchemaName) -> Statement {
-        notify(self.channel)
-    }
-
-    fn values(&self) -> PostgresValues {
-        values([self.channel.as_str().into()])
-    }
-}
-
-/// The `run_at` a statement returned.
-#[derive(Debug)]
-pub struct RunAt;
-
-impl Decode for RunAt {
-    type Output = i64;
-
-    fn decode(row: &tokio_postgres::Row) -> Result<i64, RowError> {
-        get(row, Jobs::RunAt)
-    }
-}
-
-/// A call of [`next_due`]: the earliest `run_at` of the queue's jobs that
-/// are not ready yet, or `None`.
-#[derive(Debug, Clone, Copy)]
-pub struct NextDue<'a> {
-    /// The queue.
-    pub queue: &'a str,
-}
-
-impl Call for NextDue<'_> {
-    const NAME: &'static str = "next_due";
-    type Returns = Optional<RunAt>;
-
-    fn statement(&self, schema: &SchemaName) -> Statement {
-        next_due(schema, self.queue)
-    }
-
-    fn values(&self) -> PostgresValues {
-        values([self.queue.into(), 1_u64.into()])
-    }
 }

@@ -32,9 +32,10 @@
 //! all writers. Behind the enqueue, in the same round trip: the server runs
 //! it as soon as the enqueue has committed, so the workers hear of the job
 //! as early as with a notify inside the enqueue, and the enqueue pays no
-//! round trip of its own. Its transaction commits without waiting for its
-//! flush (a notification is not durable anyway), so the listeners are not
-//! kept waiting for a second flush either. Coalesced per process and queue
+//! round trip of its own. Its transaction writes no WAL before its commit
+//! record, so PostgreSQL commits it without waiting for a flush: the
+//! listeners are not kept waiting for a second flush, and it costs what a
+//! `SELECT 1` costs. Coalesced per process and queue
 //! over an interval, a burst of enqueues costs one notification per queue
 //! per interval. BENCHMARKS.md ("Wake-ups") measures it beside the notify
 //! inside the enqueue transaction, a notify behind every enqueue, the

@@ -280,8 +280,6 @@ impl Drop for Open {
 async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
     let mut open = Some(first);
     let mut backoff = MIN_BACKOFF;
-    // The text depends on nothing but the statement: built once.
-    let statement = wake::notify(&WakeChannel::new(&shared.schema, ""));
     loop {
         let next = lock(&shared.state).coalescer.next_due();
         match next {
@@ -333,13 +331,8 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
         let Some(o) = open.as_ref() else { continue };
         let sends = batch.iter().map(|queue| {
             let channel = WakeChannel::new(&shared.schema, queue);
-            let (client, sql, types) = (&o.client, statement.sql(), statement.param_types());
-            async move {
-                let values = wake::Notify { channel: &channel }.values();
-                let params: Vec<(&(dyn ToSql + Sync), Type)> =
-                    values.as_params().into_iter().zip(types).collect();
-                client.query_typed(sql, &params).await
-            }
+            let (client, schema) = (&o.client, &shared.schema);
+            async move { notify_unnamed(client, schema, &channel).await }
         });
         let results = futures_util::future::join_all(sends).await;
         for (queue, result) in batch.iter().zip(results) {
@@ -355,6 +348,23 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
             return;
         }
     }
+}
+
+/// Runs the [`wake`](crate::statements::wake::notify) statement for
+/// `channel` unnamed: no prepared statement for a pooler in transaction or
+/// statement mode to lose between transactions.
+pub(super) async fn notify_unnamed(
+    client: &Client,
+    schema: &SchemaName,
+    channel: &WakeChannel,
+) -> Result<(), tokio_postgres::Error> {
+    let statement = wake::Notify { channel }.statement(schema);
+    let params: Vec<(&(dyn ToSql + Sync), Type)> = statement
+        .args()
+        .into_iter()
+        .zip(statement.param_types())
+        .collect();
+    client.query_typed(statement.sql(), &params).await.map(drop)
 }
 
 /// Records a failed notification of each of `queues`, owed again (no

@@ -21,7 +21,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
 use schema_model::{SchemaName, WakeChannel};
@@ -29,7 +28,8 @@ use schema_model::{SchemaName, WakeChannel};
 use super::connect::Connect;
 use super::error::{ListenError, PoolEvidence};
 use super::listener::Event;
-use crate::statements::{Call, wake};
+use super::notifier::notify_unnamed;
+use crate::statements::wake;
 
 /// Probes `client` (whose notifications arrive on `events`) and returns its
 /// server process id.
@@ -66,14 +66,7 @@ pub(super) async fn check(
             }
         }
     });
-    let statement = wake::notify(&channel);
-    let values = wake::Notify { channel: &channel }.values();
-    let params: Vec<(&(dyn ToSql + Sync), Type)> = values
-        .as_params()
-        .into_iter()
-        .zip(statement.param_types())
-        .collect();
-    let sent = other.query_typed(statement.sql(), &params).await;
+    let sent = notify_unnamed(&other, schema, &channel).await;
     let outcome = match sent {
         Err(e) => Err(ListenError::query("probe notification", e)),
         Ok(_) => wait(&channel, events, &mut seen_rx, timeout).await,
