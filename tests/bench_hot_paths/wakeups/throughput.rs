@@ -109,11 +109,11 @@ pub(super) async fn throughput(
         variants.push(Enqueue::Graphile);
     }
     progress(&format!(
-        "wake-ups: enqueue throughput, {CLIENTS} clients, {} variants, {:.0} s each in {SLICES} turns",
+        "wake-ups: enqueue throughput, {CLIENTS} clients, {} variants, {:.0} s each in {ROUNDS} rounds",
         variants.len(),
         scale.loop_time.as_secs_f64()
     ));
-    let slice = scale.loop_time / SLICES;
+    let slice = scale.loop_time / ROUNDS;
     let mut runners = Vec::new();
     for &variant in &variants {
         let (schema_name, graphile) = if variant == Enqueue::Graphile {
@@ -170,19 +170,26 @@ pub(super) async fn throughput(
                 n: 0,
             });
         }
-        runners.push((variant, schema_name, workers, 0u64, 0f64));
+        runners.push((variant, schema_name, workers, 0u64, 0f64, Vec::new()));
     }
     exec(admin, "CHECKPOINT").await;
-    for _ in 0..SLICES {
-        for (_, _, workers, jobs, seconds) in &mut runners {
+    let count = runners.len();
+    for round in 0..ROUNDS as usize {
+        // Each round starts with another variant: none always follows the
+        // same neighbour.
+        for turn in 0..count {
+            let (_, _, workers, jobs, seconds, rates) = &mut runners[(round + turn) % count];
             let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
             *jobs += run.jobs;
             *seconds += run.elapsed.as_secs_f64();
+            rates.push(run.jobs_per_second());
             *workers = run.workers;
         }
     }
+    // Each round's rate against the rate without wake-ups in the same round.
+    let off: Vec<f64> = runners[0].5.clone();
     let mut out = Vec::new();
-    for (variant, schema, workers, jobs, seconds) in runners {
+    for (variant, schema, workers, jobs, seconds, rates) in runners {
         let latency = Recorder::merged(&workers, |w| &w.latency);
         // Each notifier once, however many clients share it.
         let mut notifiers: Vec<&Arc<Notifier>> =
@@ -190,9 +197,12 @@ pub(super) async fn throughput(
         notifiers.dedup_by(|a, b| Arc::ptr_eq(a, b));
         let sent: u64 = workers.iter().map(|w| w.sent).sum::<u64>()
             + notifiers.iter().map(|n| n.stats().sent).sum::<u64>();
+        let mut paired: Vec<f64> = rates.iter().zip(&off).map(|(r, o)| r / o).collect();
+        paired.sort_by(f64::total_cmp);
         out.push(ThroughputRow {
             variant,
             jobs_per_s: jobs as f64 / seconds,
+            paired,
             latency,
             notifications_per_s: sent as f64 / seconds,
         });
