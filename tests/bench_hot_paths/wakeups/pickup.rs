@@ -33,14 +33,19 @@ impl Times {
             .record(at - claim_sent);
     }
 
-    fn picked_count(&self) -> usize {
-        self.picked.lock().unwrap_or_else(|e| e.into_inner()).len()
+    fn picked_all(&self, ids: &[i64]) -> bool {
+        let picked = self.picked.lock().unwrap_or_else(|e| e.into_inner());
+        ids.iter().all(|id| picked.iter().any(|(p, _)| p == id))
     }
 
-    fn latency(&self) -> Recorder {
+    /// The pickup of each job of `ids` (all of them: `None` for all jobs).
+    fn latency(&self, ids: Option<&[i64]>) -> Recorder {
         let enqueued = self.enqueued.lock().unwrap_or_else(|e| e.into_inner());
         let mut recorder = Recorder::new();
         for (id, at) in self.picked.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if ids.is_some_and(|ids| !ids.contains(id)) {
+                continue;
+            }
             let committed = enqueued
                 .get(id)
                 .unwrap_or_else(|| panic!("job {id} was picked up but never enqueued"));
@@ -62,117 +67,197 @@ impl Gaps {
     }
 }
 
-pub(super) async fn pickup_cell(
-    admin: &mut tokio_postgres::Client,
+/// One pickup cell, set up once and measured in rounds: its system, its
+/// waiting engines and its producer.
+pub(super) struct Cell {
     variant: Pickup,
     load: Load,
-    samples: usize,
-    peers: Option<&Peers>,
-) -> (PickupRow, Option<String>) {
-    let times = Arc::new(Times::default());
-    let (stop, stopped) = watch::channel(false);
-    let claims = Arc::new(AtomicU64::new(0));
-    let mut workers = JoinSet::new();
-    let (system, version) = if variant == Pickup::Graphile {
-        let system = Kind::Graphile.create(admin, peers).await;
-        let System::Graphile(sql, _) = &system else {
-            unreachable!("Kind::Graphile creates graphile-worker")
-        };
-        let version = sql.version.clone();
-        for _ in 0..ENGINES {
-            workers.spawn(graphile_worker(
-                Arc::clone(sql),
-                stopped.clone(),
-                Arc::clone(&times),
-                Arc::clone(&claims),
-            ));
-        }
-        (system, Some(version))
-    } else {
-        let schema = Design::Product.create(admin, "wake_pickup").await;
-        for engine in 0..ENGINES {
-            let listener = match variant {
-                Pickup::Poll(_) => None,
-                _ => Some(
-                    Listener::start(direct(), &schema, [QUEUE], ListenerOptions::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("listener: {e}")),
-                ),
-            };
-            let session = Session::new(harness::connect().await, schema.clone());
-            if variant == Pickup::LeadGeneric {
-                exec(session.client(), "SET plan_cache_mode = force_generic_plan").await;
-            }
-            session
-                .prepare_all()
-                .await
-                .unwrap_or_else(|e| panic!("prepare: {e}"));
-            workers.spawn(product_worker(
-                session,
-                variant,
-                listener,
-                stopped.clone(),
-                Arc::clone(&times),
-                Arc::clone(&claims),
-                engine,
-            ));
-        }
-        (System::Product(schema), None)
-    };
+    system: System,
+    producer: Producer,
+    gaps: Gaps,
+    times: Arc<Times>,
+    claims: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+    workers: JoinSet<u64>,
+    /// The ids each round enqueued.
+    rounds: Vec<Vec<i64>>,
+    enqueued: usize,
+}
 
-    produce(&system, variant, samples, &times).await;
-    // Every job is picked up within a few polls.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while times.picked_count() < samples {
-        assert!(
-            Instant::now() < deadline,
-            "{}: {} of {samples} jobs picked up after 30 s",
-            variant.label(),
-            times.picked_count()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = stop.send(true);
-    let mut notifications = 0;
-    while let Some(joined) = workers.join_next().await {
-        notifications += joined.unwrap_or_else(|e| panic!("pickup worker: {e}"));
-    }
-    designs::drop_schema(admin, &format!("\"{}\"", system.schema())).await;
-    (
-        PickupRow {
+impl Cell {
+    /// Creates the system and starts its waiting engines and its producer.
+    pub(super) async fn start(
+        admin: &mut tokio_postgres::Client,
+        variant: Pickup,
+        load: Load,
+        peers: Option<&Peers>,
+    ) -> Self {
+        let times = Arc::new(Times::default());
+        let (stop, stopped) = watch::channel(false);
+        let claims = Arc::new(AtomicU64::new(0));
+        let mut workers = JoinSet::new();
+        let system = if variant == Pickup::Graphile {
+            let system = Kind::Graphile.create(admin, peers).await;
+            let System::Graphile(sql, _) = &system else {
+                unreachable!("Kind::Graphile creates graphile-worker")
+            };
+            for _ in 0..ENGINES {
+                workers.spawn(graphile_worker(
+                    Arc::clone(sql),
+                    stopped.clone(),
+                    Arc::clone(&times),
+                    Arc::clone(&claims),
+                ));
+            }
+            system
+        } else {
+            let schema = Design::Product.create(admin, "wake_pickup").await;
+            for engine in 0..ENGINES {
+                let listener = match variant {
+                    Pickup::Poll(_) => None,
+                    _ => Some(
+                        Listener::start(direct(), &schema, [QUEUE], ListenerOptions::default())
+                            .await
+                            .unwrap_or_else(|e| panic!("listener: {e}")),
+                    ),
+                };
+                let session = Session::new(harness::connect().await, schema.clone());
+                if variant == Pickup::LeadGeneric {
+                    exec(session.client(), "SET plan_cache_mode = force_generic_plan").await;
+                }
+                session
+                    .prepare_all()
+                    .await
+                    .unwrap_or_else(|e| panic!("prepare: {e}"));
+                workers.spawn(product_worker(
+                    session,
+                    variant,
+                    listener,
+                    stopped.clone(),
+                    Arc::clone(&times),
+                    Arc::clone(&claims),
+                    engine,
+                ));
+            }
+            System::Product(schema)
+        };
+        let producer = Producer::start(&system).await;
+        Self {
             variant,
             load,
-            latency: times.latency(),
-            claim: times
+            system,
+            producer,
+            gaps: Gaps(0x9e37_79b9_7f4a_7c15),
+            times,
+            claims,
+            stop,
+            workers,
+            rounds: Vec::new(),
+            enqueued: 0,
+        }
+    }
+
+    /// Enqueues `jobs` one at a time, 20 to 80 ms apart, and waits until
+    /// every one was picked up.
+    pub(super) async fn round(&mut self, jobs: usize) {
+        let mut ids = Vec::with_capacity(jobs);
+        for _ in 0..jobs {
+            tokio::time::sleep(self.gaps.next()).await;
+            let (id, committed) = self.producer.enqueue(self.variant, self.enqueued).await;
+            self.times.enqueued(id, committed);
+            ids.push(id);
+            self.enqueued += 1;
+        }
+        // Every job is picked up within a few polls.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.times.picked_all(&ids) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: jobs of the round still waiting after 30 s",
+                self.variant.label(),
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.rounds.push(ids);
+    }
+
+    /// Stops the engines, drops the system's schema, and returns the figures.
+    pub(super) async fn finish(mut self, admin: &tokio_postgres::Client) -> PickupRow {
+        let _ = self.stop.send(true);
+        let mut notifications = 0;
+        while let Some(joined) = self.workers.join_next().await {
+            notifications += joined.unwrap_or_else(|e| panic!("pickup worker: {e}"));
+        }
+        drop(self.producer);
+        designs::drop_schema(admin, &format!("\"{}\"", self.system.schema())).await;
+        PickupRow {
+            variant: self.variant,
+            load: self.load,
+            latency: self.times.latency(None),
+            rounds: self
+                .rounds
+                .iter()
+                .map(|ids| self.times.latency(Some(ids)).p50_ms())
+                .collect(),
+            claim: self
+                .times
                 .claims
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
-            claims: claims.load(Ordering::Relaxed),
+            claims: self.claims.load(Ordering::Relaxed),
             notifications,
-        },
-        version,
-    )
+        }
+    }
+
+    /// graphile-worker's version, for the report.
+    pub(super) fn graphile_version(&self) -> Option<String> {
+        match &self.system {
+            System::Graphile(sql, _) => Some(sql.version.clone()),
+            _ => None,
+        }
+    }
 }
 
-/// The producer: one job at a time, 20 to 80 ms apart.
-async fn produce(system: &System, variant: Pickup, samples: usize, times: &Times) {
-    let mut gaps = Gaps(0x9e37_79b9_7f4a_7c15);
-    match system {
-        System::Product(schema) => {
-            let session = Session::new(harness::connect().await, schema.clone());
-            session
-                .prepare_all()
-                .await
-                .unwrap_or_else(|e| panic!("prepare: {e}"));
-            let notifier = Notifier::start(direct(), schema.clone(), INTERVAL)
-                .await
-                .unwrap_or_else(|e| panic!("notifier: {e}"));
-            // The producer sends what `Notifier::run_and_wake` sends (the lead
-            // variants), and stamps the commit when the enqueue's own result
-            // arrives, before the notify's.
-            for n in 0..samples {
-                tokio::time::sleep(gaps.next()).await;
+/// The producer's connection.
+enum Producer {
+    Product {
+        session: Session,
+        notifier: Notifier,
+    },
+    Graphile {
+        conn: Conn,
+        sql: Arc<GraphileSql>,
+    },
+}
+
+impl Producer {
+    async fn start(system: &System) -> Self {
+        match system {
+            System::Product(schema) => {
+                let session = Session::new(harness::connect().await, schema.clone());
+                session
+                    .prepare_all()
+                    .await
+                    .unwrap_or_else(|e| panic!("prepare: {e}"));
+                let notifier = Notifier::start(direct(), schema.clone(), INTERVAL)
+                    .await
+                    .unwrap_or_else(|e| panic!("notifier: {e}"));
+                Producer::Product { session, notifier }
+            }
+            System::Graphile(sql, _) => Producer::Graphile {
+                conn: Conn::open().await,
+                sql: Arc::clone(sql),
+            },
+            _ => unreachable!("the pickup runs the product or graphile-worker"),
+        }
+    }
+
+    /// Enqueues job `n` as `variant` does; returns its id and when its
+    /// commit was known (the enqueue's own result).
+    async fn enqueue(&mut self, variant: Pickup, n: usize) -> (i64, Instant) {
+        match self {
+            Producer::Product { session, notifier } => {
                 let now = unix_now();
                 let job = job(now, format!("{{\"n\":{n}}}").into_bytes());
                 let enqueue = jobs::Enqueue { job: &job, now };
@@ -180,6 +265,8 @@ async fn produce(system: &System, variant: Pickup, samples: usize, times: &Times
                     Pickup::Lead | Pickup::LeadGeneric => notifier.lead(QUEUE),
                     _ => None,
                 };
+                // What `Notifier::run_and_wake` sends, the commit stamped when
+                // the enqueue's own result arrives, before the notify's.
                 let (id, committed) = match lead {
                     None => {
                         let id = session.run(&enqueue).await;
@@ -200,16 +287,12 @@ async fn produce(system: &System, variant: Pickup, samples: usize, times: &Times
                     }
                 };
                 let id = id.unwrap_or_else(|e| panic!("enqueue: {e}"));
-                times.enqueued(id, committed);
                 if variant == Pickup::Notifier {
                     notifier.wake(QUEUE);
                 }
+                (id, committed)
             }
-        }
-        System::Graphile(sql, _) => {
-            let mut conn = Conn::open().await;
-            for n in 0..samples {
-                tokio::time::sleep(gaps.next()).await;
+            Producer::Graphile { conn, sql } => {
                 let add = replay(&sql.add1, &[(1, Param::JsonText(format!("{{\"n\":{n}}}")))]);
                 let rows = conn
                     .query(&add)
@@ -220,10 +303,9 @@ async fn produce(system: &System, variant: Pickup, samples: usize, times: &Times
                     .first()
                     .and_then(|row| row.try_get("id").ok())
                     .unwrap_or_else(|| panic!("graphile-worker's add_job returned no id"));
-                times.enqueued(id, committed);
+                (id, committed)
             }
         }
-        _ => unreachable!("the pickup runs the product or graphile-worker"),
     }
 }
 
