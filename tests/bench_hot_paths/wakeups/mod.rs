@@ -88,6 +88,10 @@ pub enum Pickup {
     /// force_generic_plan` (a reference: how much of the pickup is the
     /// claim's planning).
     LeadGeneric,
+    /// A candidate: the leading notification of an interval inside its
+    /// enqueue's transaction (`BEGIN; enqueue; pg_notify; COMMIT`, one round
+    /// trip), so it fires at that commit; the others folded as shipped.
+    LeadInTransaction,
     /// The worker claims every so many milliseconds.
     Poll(u64),
     /// graphile-worker's `jobs:insert`.
@@ -101,6 +105,9 @@ impl Pickup {
                 "alkstore, wake-ups: notify pipelined behind the enqueue (shipped)".to_owned()
             }
             Pickup::Notifier => "alkstore, wake-ups: notify sent by the notifier's task".to_owned(),
+            Pickup::LeadInTransaction => {
+                "cand: the leading notify inside its enqueue's transaction".to_owned()
+            }
             Pickup::LeadGeneric => {
                 "ref: shipped, workers with plan_cache_mode = force_generic_plan".to_owned()
             }
@@ -150,6 +157,11 @@ pub enum Enqueue {
     Lead,
     /// The eight clients are eight engines: a notifier each.
     LeadPerClient,
+    /// The candidate: the leading notify inside its enqueue's transaction,
+    /// one engine.
+    LeadInTransaction,
+    /// The same, eight engines.
+    LeadInTransactionPerClient,
     AfterEach,
     InTransaction,
     Graphile,
@@ -165,6 +177,10 @@ impl Enqueue {
             Enqueue::LeadPerClient => {
                 "alkstore, the same, each client an engine (8 notifiers coalescing apart)"
             }
+            Enqueue::LeadInTransaction => {
+                "cand: the leading notify inside its enqueue's transaction: one engine"
+            }
+            Enqueue::LeadInTransactionPerClient => "cand: the same, each client an engine",
             Enqueue::Notifier => "alkstore, notify sent by the notifier's task, coalesced",
             Enqueue::AfterEach => "alkstore, notify pipelined behind every enqueue",
             Enqueue::InTransaction => "alkstore, pg_notify inside every enqueue transaction",
@@ -209,6 +225,7 @@ pub async fn run(
         Pickup::Lead,
         Pickup::Notifier,
         Pickup::LeadGeneric,
+        Pickup::LeadInTransaction,
         Pickup::Poll(100),
         Pickup::Poll(1000),
     ];

@@ -224,6 +224,12 @@ enum Producer {
     Product {
         session: Session,
         notifier: Notifier,
+        /// `BEGIN`, the enqueue, a plain notify and `COMMIT`, prepared on
+        /// the session's connection, for the candidate's one round trip.
+        begin: tokio_postgres::Statement,
+        enqueue: tokio_postgres::Statement,
+        commit: tokio_postgres::Statement,
+        notify: tokio_postgres::Statement,
     },
     Graphile {
         conn: Conn,
@@ -243,7 +249,34 @@ impl Producer {
                 let notifier = Notifier::start(direct(), schema.clone(), INTERVAL)
                     .await
                     .unwrap_or_else(|e| panic!("notifier: {e}"));
-                Producer::Product { session, notifier }
+                let prepare = |sql: String, types: Vec<tokio_postgres::types::Type>| {
+                    let client = session.client();
+                    async move {
+                        client
+                            .prepare_typed(&sql, &types)
+                            .await
+                            .unwrap_or_else(|e| panic!("{}", db_error(&sql, &e)))
+                    }
+                };
+                let sample = jobs::enqueue(schema, &job(0, Vec::new()), 0);
+                let enqueue = prepare(sample.sql().to_owned(), sample.param_types()).await;
+                let (begin, commit, notify) = (
+                    prepare("BEGIN".to_owned(), Vec::new()).await,
+                    prepare("COMMIT".to_owned(), Vec::new()).await,
+                    prepare(
+                        "SELECT pg_catalog.pg_notify($1, '')".to_owned(),
+                        vec![tokio_postgres::types::Type::TEXT],
+                    )
+                    .await,
+                );
+                Producer::Product {
+                    session,
+                    notifier,
+                    begin,
+                    enqueue,
+                    commit,
+                    notify,
+                }
             }
             System::Graphile(sql, _) => Producer::Graphile {
                 conn: Conn::open().await,
@@ -257,12 +290,21 @@ impl Producer {
     /// commit was known (the enqueue's own result).
     async fn enqueue(&mut self, variant: Pickup, n: usize) -> (i64, Instant) {
         match self {
-            Producer::Product { session, notifier } => {
+            Producer::Product {
+                session,
+                notifier,
+                begin,
+                enqueue: prepared_enqueue,
+                commit,
+                notify,
+            } => {
                 let now = unix_now();
                 let job = job(now, format!("{{\"n\":{n}}}").into_bytes());
                 let enqueue = jobs::Enqueue { job: &job, now };
                 let lead = match variant {
-                    Pickup::Lead | Pickup::LeadGeneric => notifier.lead(QUEUE),
+                    Pickup::Lead | Pickup::LeadGeneric | Pickup::LeadInTransaction => {
+                        notifier.lead(QUEUE)
+                    }
                     _ => None,
                 };
                 // What `Notifier::run_and_wake` sends, the commit stamped when
@@ -271,6 +313,34 @@ impl Producer {
                     None => {
                         let id = session.run(&enqueue).await;
                         (id, Instant::now())
+                    }
+                    Some(channel) if variant == Pickup::LeadInTransaction => {
+                        // Sent in this order in one round trip; the commit is
+                        // the COMMIT's result.
+                        let client = session.client();
+                        let name = channel.as_str();
+                        let statement = jobs::enqueue(session.schema(), &job, now);
+                        let args = statement.args();
+                        let (began, id, notified, committed) = futures_util::future::join4(
+                            client.query(&*begin, &[]),
+                            client.query(&*prepared_enqueue, &args),
+                            client.query(&*notify, &[&name]),
+                            async {
+                                let done = client.query(&*commit, &[]).await;
+                                (done, Instant::now())
+                            },
+                        )
+                        .await;
+                        for result in [began.map(drop), notified.map(drop), committed.0.map(drop)] {
+                            result.unwrap_or_else(|e| panic!("{}", db_error("enqueue in tx", &e)));
+                        }
+                        let rows =
+                            id.unwrap_or_else(|e| panic!("{}", db_error("enqueue in tx", &e)));
+                        let id: i64 = rows
+                            .first()
+                            .map(|row| row.get(0))
+                            .unwrap_or_else(|| panic!("the enqueue returned no id"));
+                        (Ok(id), committed.1)
                     }
                     Some(channel) => {
                         let enqueued = async {

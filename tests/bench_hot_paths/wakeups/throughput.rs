@@ -61,6 +61,28 @@ impl Worker for EnqueueWorker {
                 notified.map_err(failed)?;
                 self.sent += 1;
             }
+            Enqueue::LeadInTransaction | Enqueue::LeadInTransactionPerClient => {
+                let lead = self.notifier.as_ref().ok_or("no notifier")?.lead(QUEUE);
+                let statements = match lead {
+                    Some(channel) => vec![
+                        Stmt::new("BEGIN", Vec::new()),
+                        Stmt::from(jobs::enqueue(&self.schema, &job, now)),
+                        Stmt::new(
+                            "SELECT pg_catalog.pg_notify($1, '')",
+                            vec![Param::Text(channel.as_str().to_owned())],
+                        ),
+                        Stmt::new("COMMIT", Vec::new()),
+                    ],
+                    None => vec![Stmt::from(jobs::enqueue(&self.schema, &job, now))],
+                };
+                if statements.len() > 1 {
+                    self.sent += 1;
+                }
+                let conn = self.conn.as_mut().ok_or("no connection")?;
+                conn.pipeline(&statements)
+                    .await
+                    .map_err(|e| db_error("enqueue, leading notify inside", &e))?;
+            }
             Enqueue::InTransaction => {
                 let statements = [
                     Stmt::new("BEGIN", Vec::new()),
@@ -101,6 +123,8 @@ pub(super) async fn throughput(
         Enqueue::Off,
         Enqueue::Lead,
         Enqueue::LeadPerClient,
+        Enqueue::LeadInTransaction,
+        Enqueue::LeadInTransactionPerClient,
         Enqueue::Notifier,
         Enqueue::AfterEach,
         Enqueue::InTransaction,
@@ -136,16 +160,26 @@ pub(super) async fn throughput(
             )
         };
         let shared = match variant {
-            Enqueue::Notifier | Enqueue::Lead => Some(notifier().await),
+            Enqueue::Notifier | Enqueue::Lead | Enqueue::LeadInTransaction => {
+                Some(notifier().await)
+            }
             _ => None,
         };
         let mut workers = Vec::new();
         for client in 0..CLIENTS {
             let notifier = match variant {
-                Enqueue::LeadPerClient => Some(notifier().await),
+                Enqueue::LeadPerClient | Enqueue::LeadInTransactionPerClient => {
+                    Some(notifier().await)
+                }
                 _ => shared.clone(),
             };
-            let on_conn = matches!(variant, Enqueue::InTransaction | Enqueue::Graphile);
+            let on_conn = matches!(
+                variant,
+                Enqueue::InTransaction
+                    | Enqueue::Graphile
+                    | Enqueue::LeadInTransaction
+                    | Enqueue::LeadInTransactionPerClient
+            );
             let (session, conn) = if on_conn {
                 (None, Some(Conn::open().await))
             } else {
