@@ -1393,3 +1393,55 @@ fn the_printed_citus_script_creates_the_family_once_and_a_rerun_changes_nothing(
         check.stderr
     );
 }
+
+/// `check` asks everything in one round trip under either layout: the
+/// catalog, and under `--layout citus` the node and the family's
+/// distribution in the same simple query (it took 13 round trips before:
+/// each Citus question its own bounded transaction of four). A steady-state
+/// open under the Citus layout is one round trip too, and a server without
+/// Citus is refused after that one.
+#[tokio::test]
+async fn check_is_one_round_trip_under_either_layout() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (_, schema) = citus_schema("citus_trips").await;
+    let url = cluster().coordinator_url();
+    let proxy = harness::wire::CountingProxy::start(&url).await;
+    let mut client = proxy.connect(&url).await;
+    for options in [citus_options(), Options::default()] {
+        proxy.reset();
+        let status = schema_gen::check::status(&client, &schema, &options)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            status.passes(),
+            "{}: {:?}",
+            status.message,
+            status.differences
+        );
+        assert_eq!(
+            proxy.round_trips(),
+            1,
+            "{:?}: {:#?}",
+            options.layout,
+            proxy.statements()
+        );
+    }
+    proxy.reset();
+    let outcome = bootstrap_with(&mut client, &schema, &citus_options())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!outcome.created(), "{outcome}");
+    assert_eq!(proxy.round_trips(), 1, "{:#?}", proxy.statements());
+
+    let plain_url = harness::database_url();
+    let plain_proxy = harness::wire::CountingProxy::start(&plain_url).await;
+    let plain = plain_proxy.connect(&plain_url).await;
+    plain_proxy.reset();
+    let err = schema_gen::check::status(&plain, &schema, &citus_options())
+        .await
+        .expect_err("a server without citus is refused");
+    assert!(matches!(err.kind(), ErrorKind::Layout { .. }), "{err}");
+    assert_eq!(plain_proxy.round_trips(), 1);
+}

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexKey, IndexPredicate, SqlType,
     StorageParameter, TableModel,
 };
 
@@ -142,38 +142,33 @@ impl TableModel for Jobs {
 
     fn indexes() -> Vec<IndexDef<Self>> {
         vec![
-            IndexDef {
-                name: "jobs_claim_idx",
-                keys: vec![
-                    (Self::Queue, Order::Asc),
-                    (Self::Priority, Order::Desc),
-                    (Self::RunAt, Order::Asc),
-                    (Self::Id, Order::Asc),
-                ],
-                predicate: Some(IndexPredicate::All(vec![
+            IndexDef::new(
+                "jobs_claim_idx",
+                [IndexKey::asc(Self::Queue), IndexKey::desc(Self::Priority), IndexKey::asc(Self::RunAt), IndexKey::asc(Self::Id)],
+                "Claim: the next ready, unclaimed job of a queue by priority DESC, run_at, id, without a sort; not-yet-due jobs are not in it.",
+            )
+            .partial(IndexPredicate::All(vec![
                     IndexPredicate::IsNull(Self::ClaimedAt),
                     IndexPredicate::IsTrue(Self::Ready),
                 ])),
-                doc: "Claim: the next ready, unclaimed job of a queue by priority DESC, run_at, id, without a sort; not-yet-due jobs are not in it.",
-            },
-            IndexDef {
-                name: "jobs_promote_idx",
-                keys: vec![(Self::Queue, Order::Asc), (Self::RunAt, Order::Asc)],
-                predicate: Some(IndexPredicate::IsFalse(Self::Ready)),
-                doc: "Promotion: a queue's not-ready jobs by run_at, so the due ones are made ready without reading the rest.",
-            },
-            IndexDef {
-                name: "jobs_claim_expiry_idx",
-                keys: vec![(Self::ClaimExpiresAt, Order::Asc)],
-                predicate: Some(IndexPredicate::IsNotNull(Self::ClaimExpiresAt)),
-                doc: "Reaper: claims whose visibility timeout lapsed.",
-            },
-            IndexDef {
-                name: "jobs_expiry_idx",
-                keys: vec![(Self::ExpiresAt, Order::Asc)],
-                predicate: Some(IndexPredicate::IsNotNull(Self::ExpiresAt)),
-                doc: "Sweep: jobs past their expiry.",
-            },
+            IndexDef::new(
+                "jobs_promote_idx",
+                [IndexKey::asc(Self::Queue), IndexKey::asc(Self::RunAt)],
+                "Promotion: a queue's not-ready jobs by run_at, so the due ones are made ready without reading the rest.",
+            )
+            .partial(IndexPredicate::IsFalse(Self::Ready)),
+            IndexDef::new(
+                "jobs_claim_expiry_idx",
+                [IndexKey::asc(Self::ClaimExpiresAt)],
+                "Reaper: claims whose visibility timeout lapsed.",
+            )
+            .partial(IndexPredicate::IsNotNull(Self::ClaimExpiresAt)),
+            IndexDef::new(
+                "jobs_expiry_idx",
+                [IndexKey::asc(Self::ExpiresAt)],
+                "Sweep: jobs past their expiry.",
+            )
+            .partial(IndexPredicate::IsNotNull(Self::ExpiresAt)),
         ]
     }
 

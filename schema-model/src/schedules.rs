@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, IndexDef, IndexPredicate, Order, SqlType, TableModel,
+    CheckDef, CheckRule, Column, IndexDef, IndexKey, IndexPredicate, SqlType, TableModel,
 };
 
 /// The `schedules` table: one row per named schedule.
@@ -102,12 +102,14 @@ impl TableModel for Schedules {
     }
 
     fn indexes() -> Vec<IndexDef<Self>> {
-        vec![IndexDef {
-            name: "schedules_due_idx",
-            keys: vec![(Self::NextFireAt, Order::Asc)],
-            predicate: Some(IndexPredicate::IsTrue(Self::Enabled)),
-            doc: "Tick: enabled schedules whose next boundary is due.",
-        }]
+        vec![
+            IndexDef::new(
+                "schedules_due_idx",
+                [IndexKey::asc(Self::NextFireAt)],
+                "Tick: enabled schedules whose next boundary is due.",
+            )
+            .partial(IndexPredicate::IsTrue(Self::Enabled)),
+        ]
     }
 
     fn checks() -> Vec<CheckDef<Self>> {

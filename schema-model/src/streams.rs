@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, Order, SqlType, TableModel,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexKey, SqlType, TableModel,
 };
 
 /// The `stream_events` table: one row per event; its id is the stream offset.
@@ -81,22 +81,20 @@ impl TableModel for StreamEvents {
 
     fn indexes() -> Vec<IndexDef<Self>> {
         vec![
-            IndexDef {
-                name: "stream_events_stream_id_idx",
-                keys: vec![(Self::Stream, Order::Asc), (Self::Id, Order::Asc)],
-                predicate: None,
-                doc: "Reads: a stream's events from an offset, offset ASC.",
-            },
-            IndexDef {
-                name: "stream_events_commit_order_idx",
-                keys: vec![
-                    (Self::Stream, Order::Asc),
-                    (Self::TxId, Order::Asc),
-                    (Self::Id, Order::Asc),
+            IndexDef::new(
+                "stream_events_stream_id_idx",
+                [IndexKey::asc(Self::Stream), IndexKey::asc(Self::Id)],
+                "Reads: a stream's events from an offset, offset ASC.",
+            ),
+            IndexDef::new(
+                "stream_events_commit_order_idx",
+                [
+                    IndexKey::asc(Self::Stream),
+                    IndexKey::asc(Self::TxId),
+                    IndexKey::asc(Self::Id),
                 ],
-                predicate: None,
-                doc: "Gap-free reads: a stream's events in commit order, below the snapshot horizon.",
-            },
+                "Gap-free reads: a stream's events in commit order, below the snapshot horizon.",
+            ),
         ]
     }
 

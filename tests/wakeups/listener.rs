@@ -1,7 +1,7 @@
 //! The listener's guards: a lost and a silent connection are replaced and
-//! wake their workers once; the probe refuses a connection whose
+//! wake their workers once; the pooler probe refuses a connection whose
 //! notifications never come back, and pgbouncer in transaction and
-//! statement mode.
+//! statement mode, but not a connection lost while it probes.
 
 use super::relay::Relay;
 use super::*;
@@ -126,13 +126,64 @@ async fn the_probe_refuses_when_its_notification_never_arrives() {
         matches!(
             error,
             ListenError::Pooled {
-                evidence: PoolEvidence::Timeout(t)
+                evidence: Evidence::NothingArrived(t)
             } if t == timeout
         ),
         "{error}"
     );
     assert!(
-        error.to_string().contains("did not arrive within 300ms"),
+        error
+            .to_string()
+            .contains("never reached that connection within 300ms"),
+        "{error}"
+    );
+}
+
+/// A listening connection lost during the pooler probe heard nothing
+/// because it was lost, not because of a pooler: the listener says so
+/// (`Lost`), never that a pooler is in between. The connector's second
+/// call (the probe's notifying connection) terminates the first connection
+/// before the probe notifies.
+#[tokio::test]
+async fn a_connection_lost_during_the_probe_is_not_called_pooled() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (admin, schema) = schema("wake_probe_lost").await;
+    let admin = Arc::new(admin);
+    let name = harness::unique_name("wake_probe_lost");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let terminating = move || {
+        let (admin, name) = (Arc::clone(&admin), name.clone());
+        let call = calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            let mut config = config(&harness::database_url());
+            if call == 0 {
+                config.application_name(&name);
+            } else {
+                // With a timeout it returns once the backend has exited.
+                admin
+                    .execute(
+                        "SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity \
+                         WHERE application_name = $1",
+                        &[&name],
+                    )
+                    .await?;
+            }
+            let (client, connection) = config.connect(NoTls).await?;
+            Ok((client, messages(connection)))
+        }) as Connecting<'static>
+    };
+    let error = Listener::start(terminating, &schema, ["q"], ListenerOptions::default())
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("the listener started though its connection was terminated"));
+    assert!(
+        matches!(error, ListenError::Lost { .. }) && !error.is_pooled(),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("was lost while it checked"),
         "{error}"
     );
 }

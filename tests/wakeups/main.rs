@@ -21,10 +21,11 @@ use futures_util::StreamExt;
 use harness::engine::engine_schema;
 use harness::exec;
 use harness::pgbouncer::{self, PoolMode};
+use schema_gen::pooler::Evidence;
 use schema_gen::statements::{Job, Session, jobs, wake};
 use schema_gen::wake::{
-    Connect, Connecting, ListenError, Listener, ListenerOptions, ListenerState, Notifier,
-    PoolEvidence, Wake, connector, messages,
+    Connect, Connecting, ListenError, Listener, ListenerOptions, ListenerState, Notifier, Wake,
+    connector, messages,
 };
 use schema_model::{SchemaName, WakeChannel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

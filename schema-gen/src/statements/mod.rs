@@ -25,10 +25,14 @@
 //! rendering the text ([`Call::values`]). The function, the type and its
 //! values are generated from one definition (see "Adding a statement"), so
 //! they cannot disagree. A [`Session`] holds one connection:
-//! it prepares each statement once on it (on first use, or all at once with
-//! [`Session::prepare_all`]), then binds only values, and decodes what comes
-//! back by the model's typed columns, so engine code never names a column by
-//! a string. A failure is a [`StatementError`] naming the statement, with the
+//! it prepares each statement once on its physical connection (on first
+//! use, or all at once with [`Session::prepare_all`]), then binds only
+//! values, and decodes what comes back by the model's typed columns, so
+//! engine code never names a column by a string. Behind a pooler in
+//! transaction pooling it sends unnamed statements instead
+//! ([`StatementMode::Unnamed`]); on a deadpool or bb8 pool it needs no
+//! adapter ([`crate::pool`]); [`Sessions`] is what an engine's sessions
+//! share. A failure is a [`StatementError`] naming the statement, with the
 //! server's message, SQLSTATE, detail and hint.
 //!
 //! ```no_run
@@ -183,6 +187,7 @@
 
 mod binder;
 mod call;
+mod connection;
 pub mod consumed_events;
 pub mod dead_jobs;
 mod define;
@@ -200,10 +205,11 @@ pub mod wake;
 pub use call::{
     Call, Decode, DecodeError, Done, One, Optional, Output, Returns, Rows, RowsAffected,
 };
+pub use connection::Connection;
 pub use error::{StatementError, StatementErrorKind};
 pub use registry::{all, all_for, maintenance, registry};
 pub use row::{FromRow, RowError};
-pub use session::Session;
+pub use session::{Session, Sessions, StatementMode};
 pub use statement::{Definition, Param, Statement};
 
 /// The value shapes the statements read and write, from `schema-model`

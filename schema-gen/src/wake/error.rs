@@ -1,6 +1,6 @@
 //! Why a listener could not start: what went wrong and what to do.
 
-use std::time::Duration;
+use crate::pooler::Evidence;
 
 /// A listener that could not start (or, while reconnecting, could not
 /// listen again): [`Listener::start`](super::Listener::start) returns it,
@@ -20,7 +20,7 @@ pub enum ListenError {
     /// A command of the listener failed.
     #[error("the listener's {doing} failed: {detail}")]
     Query {
-        /// What it was doing: `LISTEN`, `probe notification`, ...
+        /// What it was doing: `LISTEN`, `pooler probe`, ...
         doing: &'static str,
         /// The driver's or server's words.
         detail: String,
@@ -28,8 +28,12 @@ pub enum ListenError {
         #[source]
         source: tokio_postgres::Error,
     },
-    /// The connection was lost while the listener checked that LISTEN holds.
-    #[error("the listener's connection was lost while it checked that LISTEN holds: {detail}")]
+    /// The connection was lost while the listener checked that it keeps a
+    /// session of its own.
+    #[error(
+        "the listener's connection was lost while it checked that it keeps a session of its \
+         own: {detail}"
+    )]
     Lost {
         /// The driver's or server's words.
         detail: String,
@@ -38,48 +42,19 @@ pub enum ListenError {
     /// transaction or statement mode is in between, where LISTEN cannot
     /// deliver notifications. The engine must poll there.
     #[error(
-        "the listener's connection does not keep a session of its own: a probe notification \
-         sent from a second connection to the channel this connection listens on {evidence}. \
-         That is what a pooler in transaction or statement pooling mode does (pgbouncer's \
-         pool_mode = transaction or statement): it hands the server connection to other \
-         clients between transactions, so LISTEN cannot deliver wake-ups through it. Nothing \
+        "the listener's connection does not keep a session of its own: {evidence}. That is \
+         what a pooler in transaction or statement pooling mode does (pgbouncer's pool_mode = \
+         transaction or statement): it hands the server connection to other clients between \
+         transactions, so LISTEN cannot deliver wake-ups through it. Nothing \
          was changed. Give the listener a URL that reaches PostgreSQL directly (or a pool in \
          session mode); where the engine can reach the database only through such a pooler, \
          its workers must poll for jobs instead of waiting for wake-ups (the notifier works \
          through any pooler)"
     )]
     Pooled {
-        /// What the probe saw.
-        evidence: PoolEvidence,
+        /// What the probe ([`crate::pooler`]) saw.
+        evidence: Evidence,
     },
-}
-
-/// What the listener's probe saw of a pooler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PoolEvidence {
-    /// The notification reached the second connection, which never
-    /// listened: both were handed the same server connection in turn.
-    OtherConnection,
-    /// The notification did not reach the listening connection within this
-    /// long.
-    Timeout(Duration),
-}
-
-impl std::fmt::Display for PoolEvidence {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::OtherConnection => f.write_str(
-                "arrived at that second connection instead, which never listened: the two were \
-                 handed the same server connection in turn",
-            ),
-            Self::Timeout(waited) => write!(
-                f,
-                "did not arrive within {waited:?} (a connector whose second connection reaches \
-                 another server or database does the same)"
-            ),
-        }
-    }
 }
 
 impl ListenError {

@@ -7,16 +7,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_postgres::{AsyncMessage, Client, Notification};
+use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
 use schema_model::{SchemaName, WakeChannel};
 
 use super::connect::{Connect, Messages};
 use super::error::ListenError;
-use super::probe;
+use crate::pooler::{self, Pooling};
 use crate::statements::wake;
 
 /// The first wait before another attempt to reconnect, and the longest.
@@ -110,9 +110,10 @@ struct Signal {
 /// - **A session of its own.** `LISTEN` belongs to a server session: behind
 ///   a pooler in transaction or statement mode the server connection is
 ///   handed to other clients between transactions and the notifications
-///   never come back. Before it listens, the listener probes its
-///   connection: it listens on a channel of its own and a second
-///   connection notifies it; unless the notification arrives on the
+///   never come back. Before it listens, the listener asks
+///   [`crate::pooler`] (the one probe of the crate) whether its connection
+///   keeps a session of its own: it listens on a channel of its own and a
+///   second connection notifies it; unless the notification arrives on the
 ///   listening connection (within
 ///   [`probe_timeout`](ListenerOptions::probe_timeout); behind pgbouncer
 ///   it usually arrives at the second connection at once, which proves the
@@ -296,24 +297,34 @@ pub fn deadline(next_due: Option<i64>, poll: Duration) -> Instant {
     polled.min(now + due.saturating_sub(since_epoch))
 }
 
-/// What the listening connection's driver passes on.
-#[derive(Debug)]
-pub(super) enum Event {
-    Notification(Notification),
-    /// The connection ended, in these words.
-    Lost(String),
-}
-
 /// An open, probed, listening connection.
 struct Listening {
     client: Client,
-    events: mpsc::UnboundedReceiver<Event>,
+    /// The channels of the notifications that are no queue's (the pooler
+    /// probe's), from the connection's driver.
+    others: mpsc::UnboundedReceiver<String>,
+    /// Why the connection ended, sent by its driver when it does.
+    lost: oneshot::Receiver<String>,
     driver: JoinHandle<()>,
 }
 
 impl Drop for Listening {
     fn drop(&mut self) {
         self.driver.abort();
+    }
+}
+
+/// Why the pooler probe could not answer.
+enum ProbeFailure {
+    /// The second connection could not be opened.
+    Open(tokio_postgres::Error),
+    /// Its `LISTEN`, `NOTIFY` or `UNLISTEN` failed.
+    Query(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for ProbeFailure {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Self::Query(error)
     }
 }
 
@@ -324,21 +335,17 @@ impl Listening {
         options: ListenerOptions,
     ) -> Result<Self, ListenError> {
         let (client, messages) = connect.connect().await.map_err(ListenError::connect)?;
-        let (tx, events) = mpsc::unbounded_channel();
-        let driver = tokio::spawn(drive(messages, tx, Arc::clone(shared)));
+        let (others_tx, others) = mpsc::unbounded_channel();
+        let (lost_tx, lost) = oneshot::channel();
+        let driver = tokio::spawn(drive(messages, others_tx, lost_tx, Arc::clone(shared)));
         let mut listening = Self {
             client,
-            events,
+            others,
+            lost,
             driver,
         };
-        let pid = probe::check(
-            connect,
-            &shared.schema,
-            &listening.client,
-            &mut listening.events,
-            options.probe_timeout,
-        )
-        .await?;
+        let pid = backend_pid(&listening.client).await?;
+        listening.require_session(connect, options).await?;
         let commands: Vec<String> = shared
             .queues
             .keys()
@@ -353,6 +360,40 @@ impl Listening {
         Ok(listening)
     }
 
+    /// Refuses a connection that does not keep a session of its own:
+    /// [`pooler::probe_on`], with a second connection from `connect`.
+    async fn require_session(
+        &mut self,
+        connect: &impl Connect,
+        options: ListenerOptions,
+    ) -> Result<(), ListenError> {
+        let open = || async {
+            let (client, messages) = connect.connect().await.map_err(ProbeFailure::Open)?;
+            Ok(pooler::watch_messages(client, messages))
+        };
+        let probed =
+            pooler::probe_on(&self.client, &mut self.others, open, options.probe_timeout).await;
+        match probed {
+            Ok(Pooling::SessionKept) => Ok(()),
+            // A connection that ended during the probe heard nothing
+            // because it was lost, not because of a pooler.
+            Ok(Pooling::Pooled(evidence)) => match self.lost.try_recv() {
+                Ok(detail) => Err(ListenError::Lost { detail }),
+                Err(oneshot::error::TryRecvError::Closed) => Err(ListenError::Lost {
+                    detail: "the connection closed".to_owned(),
+                }),
+                Err(oneshot::error::TryRecvError::Empty) if self.client.is_closed() => {
+                    Err(ListenError::Lost {
+                        detail: "the connection closed".to_owned(),
+                    })
+                }
+                Err(oneshot::error::TryRecvError::Empty) => Err(ListenError::Pooled { evidence }),
+            },
+            Err(ProbeFailure::Open(e)) => Err(ListenError::connect(e)),
+            Err(ProbeFailure::Query(e)) => Err(ListenError::query("pooler probe", e)),
+        }
+    }
+
     /// Watches the connection until it is lost (its driver delivers the
     /// notifications); returns why.
     async fn serve(&mut self, options: ListenerOptions) -> String {
@@ -360,12 +401,11 @@ impl Listening {
             tokio::time::interval_at(Instant::now() + options.health_check, options.health_check);
         loop {
             tokio::select! {
-                event = self.events.recv() => match event {
-                    // Another channel's (a late probe's): nobody waits for it.
-                    Some(Event::Notification(_)) => {}
-                    Some(Event::Lost(why)) => return why,
-                    None => return "the connection closed".to_owned(),
-                },
+                // Another channel's (a late probe's): nobody waits for it.
+                Some(_) = self.others.recv() => {}
+                why = &mut self.lost => {
+                    return why.unwrap_or_else(|_| "the connection closed".to_owned());
+                }
                 _ = health.tick() => {
                     let answer =
                         tokio::time::timeout(options.health_check, self.client.simple_query(""))
@@ -387,10 +427,15 @@ impl Listening {
 }
 
 /// Drives the connection's messages: a notification of a queue's channel
-/// wakes that queue's workers at once (no other task in between); any other
-/// is passed on (the probe's); ends with [`Event::Lost`] when the
-/// connection does.
-async fn drive(mut messages: Messages, tx: mpsc::UnboundedSender<Event>, shared: Arc<Shared>) {
+/// wakes that queue's workers at once (no other task in between); any
+/// other's channel is passed on to `others` (the probe's); when the
+/// connection ends, says why on `lost`.
+async fn drive(
+    mut messages: Messages,
+    others: mpsc::UnboundedSender<String>,
+    lost: oneshot::Sender<String>,
+    shared: Arc<Shared>,
+) {
     let why = loop {
         match messages.next().await {
             Some(Ok(AsyncMessage::Notification(n))) => {
@@ -401,8 +446,9 @@ async fn drive(mut messages: Messages, tx: mpsc::UnboundedSender<Event>, shared:
                 {
                     shared.notifications.fetch_add(1, Ordering::Relaxed);
                     signal.send_modify(|s| s.notified += 1);
-                } else if tx.send(Event::Notification(n)).is_err() {
-                    return;
+                } else {
+                    // Nobody listening for it any more is fine.
+                    let _ = others.send(n.channel().to_owned());
                 }
             }
             Some(Ok(_)) => {}
@@ -410,7 +456,24 @@ async fn drive(mut messages: Messages, tx: mpsc::UnboundedSender<Event>, shared:
             None => break "the connection closed".to_owned(),
         }
     };
-    let _ = tx.send(Event::Lost(why));
+    // Sent before `others` is dropped: the probe, seeing `others` end,
+    // finds why.
+    let _ = lost.send(why);
+}
+
+/// `pg_backend_pid()`, by the simple protocol (no statement to prepare).
+async fn backend_pid(client: &Client) -> Result<i32, ListenError> {
+    let messages = client
+        .simple_query("SELECT pg_catalog.pg_backend_pid()")
+        .await
+        .map_err(|e| ListenError::query("pg_backend_pid()", e))?;
+    Ok(messages
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).and_then(|pid| pid.parse().ok()),
+            _ => None,
+        })
+        .unwrap_or(0))
 }
 
 async fn run(

@@ -21,8 +21,8 @@
 //!   own, wakes the workers waiting on each queue ([`Wakeup`]), reconnects
 //!   (and then wakes every worker once: notifications sent meanwhile are
 //!   lost), and refuses a connection through a transaction- or
-//!   statement-pooling pooler ([`ListenError::Pooled`]): there the engine
-//!   must poll.
+//!   statement-pooling pooler ([`ListenError::Pooled`], found by
+//!   [`crate::pooler`], the crate's one probe): there the engine must poll.
 //!
 //! # Where the notify runs, and why
 //!
@@ -105,9 +105,8 @@ mod connect;
 mod error;
 mod listener;
 mod notifier;
-mod probe;
 
 pub use connect::{Connect, Connecting, Connector, Messages, connector, messages};
-pub use error::{ListenError, PoolEvidence};
+pub use error::ListenError;
 pub use listener::{Listener, ListenerOptions, ListenerState, Wake, Wakeup, deadline};
 pub use notifier::{Notifier, NotifierStats};

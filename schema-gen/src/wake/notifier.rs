@@ -353,7 +353,7 @@ async fn run(connect: impl Connect, shared: Arc<Shared>, first: Open) {
 /// Runs the [`wake`](crate::statements::wake::notify) statement for
 /// `channel` unnamed: no prepared statement for a pooler in transaction or
 /// statement mode to lose between transactions.
-pub(super) async fn notify_unnamed(
+async fn notify_unnamed(
     client: &Client,
     schema: &SchemaName,
     channel: &WakeChannel,

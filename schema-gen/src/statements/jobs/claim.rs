@@ -22,7 +22,8 @@ statement! {
     /// Priority decides among ready jobs; promotion goes by `run_at`, so
     /// with more due jobs waiting than `limit`, the ones due earliest come
     /// first. Use a limit above the claim's batch (e.g. 10x) so promotion
-    /// keeps ahead.
+    /// keeps ahead. Like [`claim`](super::claim), it skips held rows but can
+    /// meet PostgreSQL's one update-chain wait.
     ///
     /// ```
     /// use schema_gen::statements::jobs;
@@ -89,6 +90,12 @@ statement! {
     /// whose clock runs ahead is not claimed early. `expires_at` is not:
     /// [`expire`](super::expire) is what kills expired jobs (a worker handed
     /// one may kill it at once).
+    ///
+    /// Rows another session holds are skipped, not waited for, with one
+    /// exception that is PostgreSQL's: a row whose update commits in the
+    /// instant between the check and the skip is followed to its newer
+    /// version, and that step waits for whoever holds it (README, "skipping,
+    /// and PostgreSQL's one wait"). Keep the engine's transactions short.
     ///
     /// ```
     /// use schema_gen::statements::jobs;
