@@ -199,6 +199,9 @@ pub struct ThroughputRow {
 }
 
 pub struct Measured {
+    /// The machine's load average (`/proc/loadavg`: 1, 5 and 15 minutes)
+    /// when each phase started, and at the end: the machine is shared.
+    load: Vec<(&'static str, String)>,
     pickup: Vec<PickupRow>,
     throughput: Vec<ThroughputRow>,
     samples: usize,
@@ -235,7 +238,9 @@ pub async fn run(
     let mut pickup = Vec::new();
     let mut graphile = None;
     let per_round = samples.div_ceil(PICKUP_ROUNDS);
+    let mut load_average = Vec::new();
     for load in [Load::Quiet, Load::Loop] {
+        load_average.push((load.label(), load_average_now()));
         let background = match load {
             Load::Quiet => None,
             Load::Loop => Some(Background::start(admin).await),
@@ -265,13 +270,30 @@ pub async fn run(
             background.stop(admin).await;
         }
     }
+    load_average.push(("enqueue throughput", load_average_now()));
     let throughput = throughput::throughput(admin, scale, peers).await;
+    load_average.push(("the end", load_average_now()));
     Measured {
+        load: load_average,
         pickup,
         throughput,
         samples,
         graphile,
     }
+}
+
+/// The load average over 1, 5 and 15 minutes, as `/proc/loadavg` says
+/// (`?` where there is none).
+fn load_average_now() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "?".to_owned(),
+        |text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+    )
 }
 
 mod load;
@@ -301,6 +323,16 @@ fn direct() -> impl schema_gen::wake::Connect {
 
 pub fn report(report: &mut Report, measured: &Measured) {
     report.heading("Wake-ups: pickup latency");
+    report.para(&format!(
+        "The machine's load average (1, 5, 15 min) when each phase started: {}; cores: {}.",
+        measured
+            .load
+            .iter()
+            .map(|(phase, load)| format!("{phase} {load}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        std::thread::available_parallelism().map_or(0, usize::from)
+    ));
     report.para(&format!(
         "From an enqueue's commit (its result at the producer) to the first claim returning the \
          job (its result at the worker), {} jobs per cell, enqueued one at a time 20 to 80 ms \
