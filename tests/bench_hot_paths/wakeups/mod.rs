@@ -30,7 +30,8 @@
 //! pickup: the rest is the wake-up's path.
 //!
 //! **Enqueue throughput**: eight clients enqueue one job per statement for
-//! the loop's time, the variants taking turns in four slices: no wake-ups;
+//! the loop's time, each variant in [`ROUNDS`] slices, each slice right
+//! beside one without wake-ups and compared with it: no wake-ups;
 //! the shipped path with one notifier for the eight (one engine process)
 //! and with a notifier each (eight engines); the notifier's task sending
 //! every notification; a notify pipelined after every enqueue (no
@@ -424,10 +425,12 @@ pub fn report(report: &mut Report, measured: &Measured) {
     report.heading("Wake-ups: enqueue throughput");
     report.para(&format!(
         "{CLIENTS} clients, each on its own connection, enqueue one job per statement on one \
-         queue, `synchronous_commit` on; the variants take turns in {ROUNDS} rounds (each round \
-         starting with another). This / no wake-ups: the median over the rounds of the \
-         variant's rate over the rate without wake-ups in the same round, with the quartiles \
-         (the machine's other work moves both alike). One engine: \
+         queue, `synchronous_commit` on; in each of {ROUNDS} rounds every variant runs one \
+         slice right beside a slice without wake-ups (before it in even rounds, after it in \
+         odd ones), the pairs taking turns (each round starting with another). This / no \
+         wake-ups: the median over the rounds of the variant's rate over the rate of the slice \
+         beside it, with the quartiles (the machine's other work, which moves over seconds, \
+         falls on both alike). Jobs / s: over all of the variant's slices. One engine: \
          the clients share one notifier (the library coalesces per process and queue); each \
          client an engine: a notifier each, so up to {CLIENTS} notifications per interval. \
          Notifications / s: what the clients and their notifiers sent."

@@ -207,23 +207,45 @@ pub(super) async fn throughput(
         runners.push((variant, schema_name, workers, 0u64, 0f64, Vec::new()));
     }
     exec(admin, "CHECKPOINT").await;
+    // Each variant's slice runs right beside a slice without wake-ups (before
+    // it in even rounds, after it in odd ones), and is compared with that
+    // one: a shared machine's load moves over seconds, so a comparison
+    // within a round, several slices apart, measured the load as much as
+    // the notify. The pairs take turns, each round starting with another.
     let count = runners.len();
+    let mut paired: Vec<Vec<f64>> = vec![Vec::new(); count];
     for round in 0..ROUNDS as usize {
-        // Each round starts with another variant: none always follows the
-        // same neighbour.
-        for turn in 0..count {
-            let (_, _, workers, jobs, seconds, rates) = &mut runners[(round + turn) % count];
-            let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
-            *jobs += run.jobs;
-            *seconds += run.elapsed.as_secs_f64();
-            rates.push(run.jobs_per_second());
-            *workers = run.workers;
+        for turn in 0..count - 1 {
+            let index = 1 + (round + turn) % (count - 1);
+            let order = if round % 2 == 0 {
+                [0, index]
+            } else {
+                [index, 0]
+            };
+            let mut rates = [0.0; 2];
+            for (slot, &which) in order.iter().enumerate() {
+                let (_, _, workers, jobs, seconds, all) = &mut runners[which];
+                let run = pool::run(std::mem::take(workers), Limit::time(slice)).await;
+                *jobs += run.jobs;
+                *seconds += run.elapsed.as_secs_f64();
+                all.push(run.jobs_per_second());
+                rates[slot] = run.jobs_per_second();
+                *workers = run.workers;
+            }
+            let (off, this) = if round % 2 == 0 {
+                (rates[0], rates[1])
+            } else {
+                (rates[1], rates[0])
+            };
+            if off > 0.0 {
+                paired[index].push(this / off);
+            }
         }
     }
-    // Each round's rate against the rate without wake-ups in the same round.
-    let off: Vec<f64> = runners[0].5.clone();
     let mut out = Vec::new();
-    for (variant, schema, workers, jobs, seconds, rates) in runners {
+    for ((variant, schema, workers, jobs, seconds, _), mut paired) in
+        runners.into_iter().zip(paired)
+    {
         let latency = Recorder::merged(&workers, |w| &w.latency);
         // Each notifier once, however many clients share it.
         let mut notifiers: Vec<&Arc<Notifier>> =
@@ -231,7 +253,9 @@ pub(super) async fn throughput(
         notifiers.dedup_by(|a, b| Arc::ptr_eq(a, b));
         let sent: u64 = workers.iter().map(|w| w.sent).sum::<u64>()
             + notifiers.iter().map(|n| n.stats().sent).sum::<u64>();
-        let mut paired: Vec<f64> = rates.iter().zip(&off).map(|(r, o)| r / o).collect();
+        if variant == Enqueue::Off {
+            paired = vec![1.0];
+        }
         paired.sort_by(f64::total_cmp);
         out.push(ThroughputRow {
             variant,
