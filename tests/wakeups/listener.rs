@@ -190,7 +190,8 @@ async fn a_connection_lost_during_the_probe_is_not_called_pooled() {
 
 /// Through pgbouncer in transaction and in statement mode the listener
 /// refuses, in words that name the pooler and say the engine must poll;
-/// the notifier works through both.
+/// the notifier works through both, its task and `run_and_wake` on an
+/// unnamed session.
 #[tokio::test]
 async fn through_pgbouncer_the_listener_refuses_and_the_notifier_works() {
     if harness::skip_db_tests() {
@@ -228,6 +229,48 @@ async fn through_pgbouncer_the_listener_refuses_and_the_notifier_works() {
             Wake::Notified,
             "{mode:?}"
         );
+        assert_eq!(notifier.stats().failed, 0, "{mode:?}");
+
+        // The enqueue path through the pooler: an unnamed session (one call
+        // at a time there: the notify goes after the enqueue's answer, on
+        // whatever server connection the pooler hands out), past the
+        // interval so that its notify is the leading one.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (client, connection) = config(&pgbouncer::url(mode))
+            .connect(NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("through pgbouncer: {e}"));
+        tokio::spawn(connection);
+        let producer = Sessions::new(schema.clone())
+            .with_mode(StatementMode::Unnamed)
+            .session(client);
+        let sent = notifier.stats().sent;
+        wakeup.seen();
+        let now = unix_now();
+        let id = notifier
+            .run_and_wake(
+                &producer,
+                &jobs::Enqueue {
+                    job: &job("q", now),
+                    now,
+                },
+                "q",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: run_and_wake: {e}"));
+        assert_eq!(
+            notifier.stats().sent,
+            sent + 1,
+            "{mode:?}: sent with the enqueue"
+        );
+        assert_eq!(
+            wakeup.wait_until(Some(Instant::now() + HANG)).await,
+            Wake::Notified,
+            "{mode:?}"
+        );
+        let worker = Session::new(harness::connect().await, schema.clone());
+        let claimed = claim(&worker, "q", now).await;
+        assert!(claimed.iter().any(|j| j.id == id), "{mode:?}: {claimed:?}");
         assert_eq!(notifier.stats().failed, 0, "{mode:?}");
     }
 }

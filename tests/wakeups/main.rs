@@ -22,7 +22,7 @@ use harness::engine::engine_schema;
 use harness::exec;
 use harness::pgbouncer::{self, PoolMode};
 use schema_gen::pooler::Evidence;
-use schema_gen::statements::{Job, Session, jobs, wake};
+use schema_gen::statements::{Job, Session, Sessions, StatementMode, jobs, wake};
 use schema_gen::wake::{
     Connect, Connecting, ListenError, Listener, ListenerOptions, ListenerState, Notifier, Wake,
     connector, messages,
