@@ -83,7 +83,8 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"SELECT "run_at" FROM "alkstore"."jobs" WHERE "queue" = $1 AND (NOT "ready") "#,
+    ///         r#"SELECT "run_at" FROM "alkstore"."jobs" "#,
+    ///         r#"WHERE ("queue" OPERATOR(pg_catalog.=) $1) AND (NOT "ready") "#,
     ///         r#"ORDER BY "run_at" ASC LIMIT $2"#,
     ///     )
     /// );
