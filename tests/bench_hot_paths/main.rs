@@ -10,12 +10,15 @@
 //! In one run (the default parts): claim p50/p99 and buffers per claim of the
 //! product at each size and job mix, at 1 and 8 clients, and polls of a queue
 //! holding only not-yet-due jobs (`claims`); the product's claim path beside
-//! the floor, the peers and the claim-path candidates at 1 and 8 clients
-//! with `synchronous_commit` off and on (`versus.rs`); the enqueue -> claim
-//! -> ack loop of every system at 8 clients, batches of 1 and 10, commit on
-//! and off (`loops`). Only when named: the rejected designs (a) and (c)
-//! (`rejected`, `designs.rs`) and the churn (`churn`). BENCHMARKS.md explains
-//! the figures.
+//! the floor, the peers and the claim-path candidates (`candidates.rs`) at 1
+//! and 8 clients with `synchronous_commit` off and on (`versus.rs`); the
+//! enqueue -> claim -> ack loop of every system at 8 clients, batches of 1,
+//! 10 and 100, commit on and off, each peer in its batched mode (`loops`);
+//! the burn-down of a backlog by 8 clients at the same batches (`burndown`);
+//! a steady queue under a `REPEATABLE READ` snapshot held for 120 s
+//! (`held`). Only when named: the rejected designs (a) and (c) (`rejected`,
+//! `designs.rs`) and the churn (`churn`). BENCHMARKS.md explains the
+//! figures.
 //!
 //! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
 //! under `cargo test --benches`) a tiny round exercises every part (about
@@ -23,31 +26,42 @@
 //! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_VS_SIZES=1000000`,
 //! `ALKSTORE_BENCH_LOOP_SECS`, `ALKSTORE_BENCH_CHURN_SECS` override parts of
 //! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
-//! groups; `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,churn` runs
-//! only the parts named; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
+//! groups (of the loop and the burn-down);
+//! `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,burndown,held,churn`
+//! runs only the parts named; `ALKSTORE_BENCH_LOOP_CANDS=hidden,unnamed`
+//! picks the candidates run beside the loops, the burn-down and (the first)
+//! the held snapshot (`none`: none); `ALKSTORE_BENCH_BURN_BACKLOG` and
+//! `ALKSTORE_BENCH_BURN_SECS` the burn-down's backlog and time cap per
+//! system; `ALKSTORE_BENCH_HELD_SECS` and `ALKSTORE_BENCH_HELD_RATE` the
+//! held snapshot's hold and the producer's jobs/s; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
 //! picks the churn variants (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG`
 //! the churn's backlog; `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's
 //! maintenance step out of the loop; `ALKSTORE_BENCH_FSYNC=keep` leaves the
 //! server's `fsync` as it is; `ALKSTORE_BENCH_PEERS=skip` leaves pg-boss and
 //! graphile-worker out (local runs only).
 
+mod candidates;
 mod churn;
 mod claims;
 mod designs;
 mod explain;
+mod held;
 mod latency;
+mod loops;
 mod maintenance;
 mod peers;
 mod pool;
 mod product;
 mod report;
+mod systems;
 mod versus;
 
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use pool::db_error;
+use candidates::Cand;
+use pool::{Commit, db_error};
 use report::Report;
 
 // ---------------------------------------------------------------------------
@@ -69,8 +83,30 @@ pub struct Scale {
     pub explain_warmup: usize,
     pub explain_runs: usize,
     pub loop_time: Duration,
-    /// The loop's (clients, batch) groups (`ALKSTORE_BENCH_LOOPS=8x10,1x1`).
+    /// The loop's and the burn-down's (clients, batch) groups
+    /// (`ALKSTORE_BENCH_LOOPS=8x10,1x1`).
     pub loop_groups: Vec<(usize, u64)>,
+    /// The `synchronous_commit` settings of the loops and the burn-down.
+    pub loop_commits: Vec<Commit>,
+    /// Candidates run beside the product in the loops, the burn-down and
+    /// (the first) the held snapshot (`ALKSTORE_BENCH_LOOP_CANDS`).
+    pub loop_cands: Vec<Cand>,
+    /// Jobs seeded before a burn-down (`ALKSTORE_BENCH_BURN_BACKLOG`).
+    pub burn_backlog: u64,
+    /// The burn-down's turn per system, and its time per system at most
+    /// (`ALKSTORE_BENCH_BURN_SECS`).
+    pub burn_slice: Duration,
+    pub burn_cap: Duration,
+    /// The held snapshot's timeline: before the hold, the hold
+    /// (`ALKSTORE_BENCH_HELD_SECS`), after it; one sample per interval.
+    pub held_before: Duration,
+    pub held_hold: Duration,
+    pub held_after: Duration,
+    pub held_sample: Duration,
+    /// Jobs enqueued per second under the held snapshot
+    /// (`ALKSTORE_BENCH_HELD_RATE`), and the clients claiming them.
+    pub held_rate: f64,
+    pub held_clients: usize,
     pub churn_time: Duration,
     pub churn_window: Duration,
     pub churn_backlog: u64,
@@ -88,12 +124,14 @@ pub struct Scale {
     pub parts: Vec<&'static str>,
 }
 
-const ALL_PARTS: [&str; 5] = ["claims", "rejected", "versus", "loops", "churn"];
+const ALL_PARTS: [&str; 7] = [
+    "claims", "rejected", "versus", "loops", "burndown", "held", "churn",
+];
 
 /// The parts of a run unless `ALKSTORE_BENCH_ONLY` names others: the
 /// rejected designs (a) and (c) and the churn (about 20 minutes more at full
 /// scale) run only when named.
-const DEFAULT_PARTS: [&str; 3] = ["claims", "versus", "loops"];
+const DEFAULT_PARTS: [&str; 5] = ["claims", "versus", "loops", "burndown", "held"];
 
 /// The churn variants of a run unless `ALKSTORE_BENCH_CHURN_VARIANTS` names
 /// others. `naptime` and `naptime-unthrottled` change the server's
@@ -113,7 +151,18 @@ impl Scale {
             explain_warmup: 6,
             explain_runs: 5,
             loop_time: Duration::from_secs(20),
-            loop_groups: vec![(8, 1), (8, 10)],
+            loop_groups: vec![(8, 1), (8, 10), (8, 100)],
+            loop_commits: vec![Commit::On, Commit::Off],
+            loop_cands: candidates::LOOP_CANDS.to_vec(),
+            burn_backlog: 100_000,
+            burn_slice: Duration::from_secs(10),
+            burn_cap: Duration::from_secs(60),
+            held_before: Duration::from_secs(10),
+            held_hold: Duration::from_secs(120),
+            held_after: Duration::from_secs(30),
+            held_sample: Duration::from_secs(10),
+            held_rate: 800.0,
+            held_clients: 8,
             churn_time: Duration::from_secs(300),
             churn_window: Duration::from_secs(60),
             churn_backlog: 1_000_000,
@@ -141,6 +190,14 @@ impl Scale {
                 churn_window: Duration::from_secs(10),
                 churn_backlog: 20_000,
                 churn_sample: Duration::from_secs(5),
+                burn_backlog: 10_000,
+                burn_slice: Duration::from_secs(1),
+                burn_cap: Duration::from_secs(3),
+                held_before: Duration::from_secs(2),
+                held_hold: Duration::from_secs(10),
+                held_after: Duration::from_secs(4),
+                held_sample: Duration::from_secs(2),
+                held_rate: 400.0,
                 ..full
             },
             "tiny" => Scale {
@@ -161,6 +218,18 @@ impl Scale {
                 vs_sizes: vec![5_000],
                 vs_cell_time: Duration::from_secs(1),
                 parts: ALL_PARTS.to_vec(),
+                loop_groups: vec![(2, 1), (2, 100)],
+                loop_commits: vec![Commit::Off],
+                loop_cands: vec![candidates::LOOP_CANDS[0]],
+                burn_backlog: 300,
+                burn_slice: Duration::from_secs(1),
+                burn_cap: Duration::from_secs(1),
+                held_before: Duration::from_secs(1),
+                held_hold: Duration::from_secs(2),
+                held_after: Duration::from_secs(1),
+                held_sample: Duration::from_secs(1),
+                held_rate: 100.0,
+                held_clients: 2,
                 ..full
             },
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
@@ -211,6 +280,40 @@ impl Scale {
                 })
                 .collect();
             scale.name.push_str(", loop groups overridden");
+        }
+        if let Ok(cands) = std::env::var("ALKSTORE_BENCH_LOOP_CANDS") {
+            scale.loop_cands = if cands.trim() == "none" {
+                Vec::new()
+            } else {
+                cands
+                    .split(',')
+                    .map(|c| {
+                        Cand::from_slug(c.trim()).unwrap_or_else(|| {
+                            panic!(
+                                "ALKSTORE_BENCH_LOOP_CANDS: {c:?} is none of {:?} (or none)",
+                                candidates::CANDS.map(Cand::slug)
+                            )
+                        })
+                    })
+                    .collect()
+            };
+            scale.name.push_str(", loop candidates overridden");
+        }
+        if let Some(backlog) = harness::bench::env_number("ALKSTORE_BENCH_BURN_BACKLOG") {
+            scale.burn_backlog = backlog as u64;
+            scale.name.push_str(", burn-down backlog overridden");
+        }
+        if let Some(secs) = env_secs("ALKSTORE_BENCH_BURN_SECS") {
+            scale.burn_cap = secs;
+            scale.name.push_str(", burn-down time overridden");
+        }
+        if let Some(secs) = env_secs("ALKSTORE_BENCH_HELD_SECS") {
+            scale.held_hold = secs;
+            scale.name.push_str(", hold overridden");
+        }
+        if let Some(rate) = harness::bench::env_number("ALKSTORE_BENCH_HELD_RATE") {
+            scale.held_rate = rate;
+            scale.name.push_str(", held-snapshot rate overridden");
         }
         if let Ok(variants) = std::env::var("ALKSTORE_BENCH_CHURN_VARIANTS") {
             scale.churn_variants = variants.split(',').map(|v| v.trim().to_owned()).collect();
@@ -352,7 +455,11 @@ async fn run(scale: Scale) {
         Ok(other) => panic!("ALKSTORE_BENCH_PEERS must be skip or unset, not {other:?}"),
     };
     let runs = |part: &str| scale.parts.contains(&part);
-    let peers = if peers_wanted && (runs("versus") || runs("loops")) {
+    let peers = if peers_wanted
+        && ["versus", "loops", "burndown", "held"]
+            .iter()
+            .any(|part| runs(part))
+    {
         progress(&format!(
             "peers: installing {} and {} under target/",
             peers::PGBOSS_SPEC,
@@ -374,8 +481,15 @@ async fn run(scale: Scale) {
     } else {
         None
     };
-    let measured_loops = if runs("loops") {
-        Some(versus::run_loops(&mut admin, &scale, peers.as_ref()).await)
+    let mut measured_loops = Vec::new();
+    if runs("loops") {
+        measured_loops.extend(loops::run_steady(&mut admin, &scale, peers.as_ref()).await);
+    }
+    if runs("burndown") {
+        measured_loops.extend(loops::run_burn_down(&mut admin, &scale, peers.as_ref()).await);
+    }
+    let measured_held = if runs("held") {
+        Some(held::run(&mut admin, &scale, peers.as_ref()).await)
     } else {
         None
     };
@@ -409,8 +523,11 @@ async fn run(scale: Scale) {
     if let Some(measured) = &measured_versus {
         versus::report_claims(&mut report, measured, &scale);
     }
-    if let Some(measured) = &measured_loops {
-        versus::report_loops(&mut report, measured);
+    if !measured_loops.is_empty() {
+        loops::report_loops(&mut report, &measured_loops, &scale);
+    }
+    if let Some(measured) = &measured_held {
+        held::report(&mut report, measured, &scale);
     }
     if let Some(measured) = &measured_churn {
         churn::report(&mut report, measured, &scale);

@@ -1,0 +1,335 @@
+//! Candidate claim paths on the product's schema: hand-written, labelled
+//! alternatives the product does not ship (yet), measured beside its claim
+//! path to find where the time goes and what to ship. Every candidate's SQL
+//! is written here and nowhere else (`hidden_promote`, `hidden_claim`,
+//! `literal_limit_claim`), so shipping one means moving one function into
+//! `schema_gen::statements` and deleting it here.
+//!
+//! The question most of them answer: the product's claim path spends about
+//! half its time planning, because the server's plan cache builds a custom
+//! plan on every execution. A prepared statement gets a generic plan (built
+//! once, reused) only when the generic plan's estimated cost is below the
+//! average custom plan's plus a planning charge; `LIMIT $4` (estimated as
+//! 10% of the rows) and the parameters in the predicates (`run_at <= $2`:
+//! a third of the rows) make the generic estimate look far worse than the
+//! custom ones, which know the values, so the cache replans for ever.
+//! - *literal LIMIT*: the peers' way (pg-boss and graphile-worker write the
+//!   batch size into the text): one statement text per batch size;
+//! - *hidden*: every parameter the planner would estimate with sits in a
+//!   scalar sub-select (`(SELECT CAST($3 AS text))`, `LIMIT (SELECT ...)`),
+//!   which the planner never folds into a constant, custom plan or not: the
+//!   custom plans know nothing the generic plan does not, their costs are
+//!   equal, and the cache keeps the generic plan after its five custom ones,
+//!   whatever the data;
+//! - `plan_cache_mode = force_generic_plan` for the session (the reference,
+//!   not shippable: it changes the plan of every statement the caller runs
+//!   on that connection and is lost under transaction pooling), and the
+//!   same as `SET LOCAL` inside `BEGIN ... COMMIT` around the path (it ends
+//!   with the transaction);
+//! - *unnamed*: statements sent unnamed (`query_typed`: Parse, Bind, Execute
+//!   each time), as a session behind pgbouncer's transaction pooling must;
+//!   the plan cache cannot help there at all: every execution is parsed and
+//!   planned;
+//! - *promote once a second*: the session pipelines `promote` before its
+//!   claim only when its last promote is a second old or more (a timer in
+//!   the engine, as River's scheduler and Oban's stager run theirs), so most
+//!   claims are one statement;
+//! - index work and row width: without `jobs_claim_expiry_idx` (one index
+//!   entry fewer per claim), `RETURNING id, payload, attempts`.
+
+use std::time::{Duration, Instant};
+
+use schema_model::SchemaName;
+use tokio_postgres::types::Type;
+
+use crate::pool::{ClaimPath, Param, Stmt};
+use crate::product;
+
+/// A candidate claim path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cand {
+    /// The product's statements on sessions with `SET plan_cache_mode =
+    /// force_generic_plan`: what planning costs the claim path (the bound
+    /// of what a generic plan saves; not shippable).
+    SessionGeneric,
+    /// The product's statements inside `BEGIN; SET LOCAL plan_cache_mode =
+    /// force_generic_plan; ...; COMMIT`, all pipelined: a generic plan
+    /// without a setting that outlives the claim.
+    LocalGeneric,
+    /// The product's promote, and its claim with the batch size written as
+    /// a literal `LIMIT` (one statement text per batch size).
+    LiteralLimit,
+    /// Promote and claim with every estimated parameter hidden in a scalar
+    /// sub-select: one text, a generic plan kept by the plan cache.
+    Hidden,
+    /// [`Cand::Hidden`], promote pipelined at most once a second per session.
+    HiddenPromoteEvery,
+    /// [`Cand::Hidden`] returning only `id, payload, attempts`.
+    HiddenNarrow,
+    /// [`Cand::Hidden`] on a copy of `jobs` without `jobs_claim_expiry_idx`.
+    HiddenNoExpiryIndex,
+    /// The product's statements sent unnamed (`query_typed`).
+    Unnamed,
+    /// [`Cand::Hidden`] sent unnamed.
+    HiddenUnnamed,
+    /// [`Cand::HiddenPromoteEvery`] sent unnamed.
+    HiddenPromoteEveryUnnamed,
+    /// `SELECT 1`: one round trip and nothing else.
+    RoundTrip,
+}
+
+/// Every candidate of the claim comparison, in the report's order.
+pub const CANDS: [Cand; 11] = [
+    Cand::SessionGeneric,
+    Cand::LocalGeneric,
+    Cand::LiteralLimit,
+    Cand::Hidden,
+    Cand::HiddenPromoteEvery,
+    Cand::HiddenNarrow,
+    Cand::HiddenNoExpiryIndex,
+    Cand::Unnamed,
+    Cand::HiddenUnnamed,
+    Cand::HiddenPromoteEveryUnnamed,
+    Cand::RoundTrip,
+];
+
+/// The candidates the loops, the burn-down and the held snapshot run beside
+/// the product and the peers unless `ALKSTORE_BENCH_LOOP_CANDS` names others
+/// (`none` for none): what would ship, on a direct connection and behind a
+/// pooler.
+pub const LOOP_CANDS: [Cand; 2] = [Cand::HiddenPromoteEvery, Cand::HiddenPromoteEveryUnnamed];
+
+/// How often a promote-once-a-second session promotes.
+pub const PROMOTE_EVERY: Duration = Duration::from_secs(1);
+
+impl Cand {
+    pub fn label(self) -> &'static str {
+        match self {
+            Cand::SessionGeneric => "ref: SET plan_cache_mode = force_generic_plan (session)",
+            Cand::LocalGeneric => "cand: BEGIN; SET LOCAL plan_cache_mode ...; COMMIT",
+            Cand::LiteralLimit => "cand: claim with a literal LIMIT",
+            Cand::Hidden => "cand: hidden parameters",
+            Cand::HiddenPromoteEvery => "cand: hidden, promote once a second",
+            Cand::HiddenNarrow => "cand: hidden, RETURNING id, payload, attempts",
+            Cand::HiddenNoExpiryIndex => "cand: hidden, no jobs_claim_expiry_idx",
+            Cand::Unnamed => "cand: unnamed statements (product SQL)",
+            Cand::HiddenUnnamed => "cand: unnamed, hidden",
+            Cand::HiddenPromoteEveryUnnamed => "cand: unnamed, hidden, promote once a second",
+            Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
+        }
+    }
+
+    /// The name `ALKSTORE_BENCH_LOOP_CANDS` takes.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Cand::SessionGeneric => "session-generic",
+            Cand::LocalGeneric => "local-generic",
+            Cand::LiteralLimit => "literal-limit",
+            Cand::Hidden => "hidden",
+            Cand::HiddenPromoteEvery => "hidden-promote-every",
+            Cand::HiddenNarrow => "hidden-narrow",
+            Cand::HiddenNoExpiryIndex => "hidden-no-expiry-index",
+            Cand::Unnamed => "unnamed",
+            Cand::HiddenUnnamed => "hidden-unnamed",
+            Cand::HiddenPromoteEveryUnnamed => "hidden-promote-every-unnamed",
+            Cand::RoundTrip => "round-trip",
+        }
+    }
+
+    pub fn from_slug(slug: &str) -> Option<Cand> {
+        CANDS.into_iter().find(|c| c.slug() == slug)
+    }
+
+    /// What a session of this candidate runs first.
+    pub fn session_setup(self) -> &'static str {
+        match self {
+            Cand::SessionGeneric => "SET plan_cache_mode = force_generic_plan",
+            _ => "",
+        }
+    }
+
+    /// Whether its sessions send every statement unnamed.
+    pub fn unnamed(self) -> bool {
+        matches!(
+            self,
+            Cand::Unnamed | Cand::HiddenUnnamed | Cand::HiddenPromoteEveryUnnamed
+        )
+    }
+
+    /// The product index this candidate's copy of `jobs` goes without.
+    pub fn dropped_index(self) -> Option<&'static str> {
+        match self {
+            Cand::HiddenNoExpiryIndex => Some("jobs_claim_expiry_idx"),
+            _ => None,
+        }
+    }
+
+    /// How often a session pipelines promote before its claim (`None`:
+    /// before every claim, as the product does).
+    pub fn promote_every(self) -> Option<Duration> {
+        match self {
+            Cand::HiddenPromoteEvery | Cand::HiddenPromoteEveryUnnamed => Some(PROMOTE_EVERY),
+            _ => None,
+        }
+    }
+
+    /// Whether the path claims anything (`SELECT 1` does not).
+    pub fn claims(self) -> bool {
+        self != Cand::RoundTrip
+    }
+
+    /// One claim of up to `limit` jobs; `promote`: whether promote goes
+    /// first (see [`PromoteClock`]).
+    pub fn path(
+        self,
+        schema: &SchemaName,
+        queue: &str,
+        now: i64,
+        worker: &str,
+        limit: i64,
+        promote: bool,
+    ) -> ClaimPath {
+        let s = schema.as_str();
+        let promote_limit = limit.saturating_mul(i64::from(product::PROMOTE_PER_CLAIMED));
+        let hidden = |returning: &str| {
+            let mut stmts = Vec::new();
+            if promote {
+                stmts.push(Stmt::typed(
+                    hidden_promote(s),
+                    vec![
+                        (Param::Text(queue.to_owned()), Type::TEXT),
+                        (Param::Int(now), Type::INT8),
+                        (Param::Int(promote_limit), Type::INT8),
+                    ],
+                ));
+            }
+            stmts.push(Stmt::typed(
+                hidden_claim(s, returning),
+                claim_params(worker, now, queue, Some(limit)),
+            ));
+            ClaimPath::last(stmts)
+        };
+        let product_path = || {
+            let mut stmts = Vec::new();
+            if promote {
+                stmts.push(product::promote(schema, queue, now, limit));
+            }
+            stmts.push(product::claim(schema, queue, now, worker, limit));
+            stmts
+        };
+        match self {
+            Cand::SessionGeneric | Cand::Unnamed => ClaimPath::last(product_path()),
+            Cand::LocalGeneric => {
+                let mut stmts = vec![
+                    Stmt::Utility("BEGIN"),
+                    Stmt::Utility("SET LOCAL plan_cache_mode = force_generic_plan"),
+                ];
+                stmts.extend(product_path());
+                let claim = stmts.len() - 1;
+                stmts.push(Stmt::Utility("COMMIT"));
+                ClaimPath { stmts, claim }
+            }
+            Cand::LiteralLimit => {
+                let mut stmts = product_path();
+                stmts.pop();
+                stmts.push(Stmt::typed(
+                    literal_limit_claim(s, limit),
+                    claim_params(worker, now, queue, None),
+                ));
+                ClaimPath::last(stmts)
+            }
+            Cand::Hidden
+            | Cand::HiddenPromoteEvery
+            | Cand::HiddenNoExpiryIndex
+            | Cand::HiddenUnnamed
+            | Cand::HiddenPromoteEveryUnnamed => hidden(FULL_ROW),
+            Cand::HiddenNarrow => hidden(NARROW_ROW),
+            Cand::RoundTrip => ClaimPath::last(vec![Stmt::new("SELECT 1 AS id", Vec::new())]),
+        }
+    }
+}
+
+/// Decides, claim by claim, whether a session pipelines promote first.
+pub struct PromoteClock {
+    every: Option<Duration>,
+    last: Option<Instant>,
+}
+
+impl PromoteClock {
+    pub fn new(every: Option<Duration>) -> Self {
+        Self { every, last: None }
+    }
+
+    /// Whether this claim promotes first (always without a period).
+    pub fn due(&mut self) -> bool {
+        let Some(every) = self.every else {
+            return true;
+        };
+        if self.last.is_some_and(|last| last.elapsed() < every) {
+            return false;
+        }
+        self.last = Some(Instant::now());
+        true
+    }
+}
+
+/// The whole job row, as the product's claim returns it.
+const FULL_ROW: &str = "id, queue, payload, priority, run_at, expires_at, enqueued_at, \
+     visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s, attempts, \
+     worker_id, claimed_at, claim_expires_at, last_error";
+/// What a worker needs of a claimed job: ack and retry name the claim by
+/// `id` and `attempts`.
+const NARROW_ROW: &str = "id, payload, attempts";
+
+/// The claim's parameters: `$1` worker, `$2` now, `$3` queue, and `$4` the
+/// limit unless it is written into the text.
+fn claim_params(worker: &str, now: i64, queue: &str, limit: Option<i64>) -> Vec<(Param, Type)> {
+    let mut params = vec![
+        (Param::Text(worker.to_owned()), Type::TEXT),
+        (Param::Int(now), Type::INT8),
+        (Param::Text(queue.to_owned()), Type::TEXT),
+    ];
+    if let Some(limit) = limit {
+        params.push((Param::Int(limit), Type::INT8));
+    }
+    params
+}
+
+/// The product's promote (`jobs::promote`) with its three parameters hidden
+/// from estimation. `$1` queue, `$2` now, `$3` limit.
+pub fn hidden_promote(schema: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET ready = TRUE WHERE id = ANY(ARRAY(\
+         SELECT id FROM {schema}.jobs WHERE queue = (SELECT CAST($1 AS text)) AND NOT ready \
+         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY run_at \
+         LIMIT (SELECT CAST($3 AS bigint)) FOR UPDATE SKIP LOCKED))"
+    )
+}
+
+/// The product's claim (`jobs::claim`) with the parameters of its
+/// predicates and its limit hidden from estimation (those of its `SET` need
+/// no hiding: no estimate reads them). `$1` worker, `$2` now, `$3` queue,
+/// `$4` limit.
+pub fn hidden_claim(schema: &str, returning: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
+         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
+         LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) RETURNING {returning}"
+    )
+}
+
+/// The product's claim with `limit` written into the text, the other
+/// parameters as the product binds them. `$1` worker, `$2` now, `$3` queue.
+pub fn literal_limit_claim(schema: &str, limit: i64) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = $3 AND claimed_at IS NULL AND ready AND run_at <= $2 \
+         ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED)) \
+         RETURNING {FULL_ROW}"
+    )
+}
