@@ -191,19 +191,6 @@ async fn run_one(
     loop {
         let next = interval * tick;
         tokio::time::sleep(next.saturating_sub(started.elapsed())).await;
-        if next >= hold_at && next < release_at && !holding {
-            // The snapshot is taken by the transaction's first query and kept
-            // until COMMIT; it reads none of the systems' tables.
-            exec(
-                &holder,
-                "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
-            )
-            .await;
-            holding = true;
-        } else if next >= release_at && holding {
-            exec(&holder, "COMMIT").await;
-            holding = false;
-        }
         let buffers = explainer
             .path(
                 &system
@@ -241,6 +228,20 @@ async fn run_one(
                 - finished.load(Ordering::Relaxed) as i64,
             dead,
         });
+        // The interval just sampled is over: the hold starts or ends now.
+        if next >= hold_at && next < release_at && !holding {
+            // The snapshot is taken by the transaction's first query and kept
+            // until COMMIT; it reads none of the systems' tables.
+            exec(
+                &holder,
+                "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
+            )
+            .await;
+            holding = true;
+        } else if next >= release_at && holding {
+            exec(&holder, "COMMIT").await;
+            holding = false;
+        }
         if next >= end_at {
             break;
         }

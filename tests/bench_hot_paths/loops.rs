@@ -23,8 +23,9 @@ use crate::latency::{Recorder, ms};
 use crate::maintenance::{Maintainer, Policy};
 use crate::peers::Peers;
 use crate::pool::{self, Commit, Conn, Limit, Worker, db_error};
+use crate::product;
 use crate::report::{Report, Table};
-use crate::systems::{Kind, System, label_of, open_for};
+use crate::systems::{Claimed, Kind, System, label_of, open_for};
 use crate::{Scale, count, exec, progress, ratio, times, unix_now};
 
 /// What a loop measures.
@@ -63,6 +64,9 @@ pub struct LoopWorker {
     pub enqueue: bool,
     /// The last claim found nothing ([`Shape::BurnDown`]: done).
     pub drained: bool,
+    /// Jobs claimed and finished, not yet acked: a system that acks in its
+    /// next claim ([`System::acks_in_claim`]) sends them with it.
+    pub unacked: Vec<product::Claimed>,
 }
 
 impl LoopWorker {
@@ -86,6 +90,7 @@ impl LoopWorker {
             promote: PromoteClock::new(system.promote_every()),
             enqueue,
             drained: false,
+            unacked: Vec::new(),
         }
     }
 
@@ -107,12 +112,13 @@ impl LoopWorker {
     /// Claims up to `batch` jobs and finishes them; returns how many, and
     /// how long the claim path alone took.
     pub async fn claim_and_finish(&mut self) -> Result<(u64, Duration), String> {
-        let path = self.system.claim(
-            unix_now(),
-            &self.worker,
-            self.batch as i64,
-            self.promote.due(),
-        );
+        let (now, limit, promote) = (unix_now(), self.batch as i64, self.promote.due());
+        let path = if self.system.acks_in_claim() {
+            self.system
+                .claim_acking(now, &self.worker, limit, promote, &self.unacked)
+        } else {
+            self.system.claim(now, &self.worker, limit, promote)
+        };
         let started = Instant::now();
         let rows = self
             .conn
@@ -123,6 +129,15 @@ impl LoopWorker {
         let claimed = self.system.claimed(path.claimed(&rows))?;
         self.claims
             .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+        if self.system.acks_in_claim() {
+            // Finished now, acked with the next claim.
+            let count = claimed.len() as u64;
+            self.unacked = match claimed {
+                Claimed::Product(jobs) => jobs,
+                _ => Vec::new(),
+            };
+            return Ok((count, took));
+        }
         if let Some(ack) = self.system.ack(&claimed, &self.worker) {
             self.conn
                 .query(&ack)
@@ -168,6 +183,9 @@ pub struct LoopResult {
     pub statements: usize,
     /// Burn-down: the backlog, and whether it was drained within the cap.
     pub backlog: Option<(u64, bool)>,
+    /// WAL the server wrote while this system's turns ran (the engine's
+    /// maintenance step included), in bytes.
+    pub wal_bytes: f64,
 }
 
 /// Slices each system's steady loop time is split into: the systems take
@@ -239,6 +257,7 @@ struct Runner {
     maintainer: Option<Maintainer>,
     jobs: u64,
     seconds: f64,
+    wal_bytes: f64,
 }
 
 async fn run_group(
@@ -286,6 +305,7 @@ async fn run_group(
             maintainer,
             jobs: 0,
             seconds: 0.0,
+            wal_bytes: 0.0,
         });
     }
     // What earlier parts (and the seeding) left dirty is flushed before,
@@ -304,7 +324,9 @@ async fn run_group(
             }
             ran = true;
             let time = slice.min(Duration::from_secs_f64(left));
+            let wal_before = wal_lsn(admin).await;
             let run = pool::run(std::mem::take(&mut r.workers), Limit::time(time)).await;
+            r.wal_bytes += wal_since(admin, &wal_before).await;
             r.jobs += run.jobs;
             r.seconds += run.elapsed.as_secs_f64();
             r.workers = run.workers;
@@ -324,7 +346,7 @@ async fn run_group(
         );
         let statements = usize::from(shape == Shape::Steady)
             + path.statements()
-            + usize::from(!matches!(*r.system, System::Floor(_)));
+            + usize::from(!matches!(*r.system, System::Floor(_)) && !r.system.acks_in_claim());
         out.push(LoopResult {
             label: label_of(&r.system),
             kind: r.kind,
@@ -340,6 +362,7 @@ async fn run_group(
             statements,
             backlog: (shape == Shape::BurnDown)
                 .then(|| (scale.burn_backlog, r.workers.iter().all(|w| w.drained))),
+            wal_bytes: r.wal_bytes,
         });
         drop(r.workers);
         if let Some(m) = r.maintainer {
@@ -387,6 +410,13 @@ pub fn report_loops(report: &mut Report, loops: &[LoopResult], scale: &Scale) {
                 ));
             }
         }
+        report.para(
+            "WAL bytes / job: what the server wrote to its WAL during the system's turns \
+             (`pg_current_wal_insert_lsn` before and after each turn; every statement, the \
+             engine's maintenance step included, and the full-page images of the pages each \
+             system touched first after the group's checkpoint), per job: the write \
+             amplification a design has by its physics, whatever the load.",
+        );
         let mut table = Table::new(&[
             "system",
             "synchronous_commit",
@@ -398,6 +428,7 @@ pub fn report_loops(report: &mut Report, loops: &[LoopResult], scale: &Scale) {
             "jobs / s>",
             "step p50>",
             "step p99>",
+            "WAL bytes / job>",
             "alkstore / this>",
         ]);
         for l in &rows {
@@ -417,6 +448,11 @@ pub fn report_loops(report: &mut Report, loops: &[LoopResult], scale: &Scale) {
                 format!("{:.0}", l.jobs_per_s),
                 ms(l.p50),
                 ms(l.p99),
+                if l.jobs > 0 {
+                    format!("{:.0}", l.wal_bytes / l.jobs as f64)
+                } else {
+                    "n/a".to_owned()
+                },
                 if l.kind == Kind::Product {
                     String::new()
                 } else {
@@ -427,6 +463,28 @@ pub fn report_loops(report: &mut Report, loops: &[LoopResult], scale: &Scale) {
         report.table(&table);
     }
     loop_verdicts(report, loops, scale);
+}
+
+/// The server's WAL insert position now.
+async fn wal_lsn(admin: &Client) -> String {
+    admin
+        .query_one("SELECT pg_catalog.pg_current_wal_insert_lsn()::text", &[])
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or_else(|e| panic!("{}", db_error("pg_current_wal_insert_lsn", &e)))
+}
+
+/// WAL bytes written since `lsn`.
+async fn wal_since(admin: &Client, lsn: &str) -> f64 {
+    admin
+        .query_one(
+            "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_insert_lsn(), \
+             $1::text::pg_lsn)::float8",
+            &[&lsn],
+        )
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or_else(|e| panic!("{}", db_error("pg_wal_lsn_diff", &e)))
 }
 
 /// The jobs/s of `kind` in `l`'s group.

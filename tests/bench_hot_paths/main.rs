@@ -28,7 +28,9 @@
 //! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
 //! groups (of the loop and the burn-down);
 //! `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,burndown,held,churn`
-//! runs only the parts named; `ALKSTORE_BENCH_LOOP_CANDS=hidden,unnamed`
+//! runs only the parts named; `ALKSTORE_BENCH_CANDS=hidden,unnamed` picks
+//! the candidates of the claim comparison and `ALKSTORE_BENCH_VS_ROUNDS`
+//! its rounds; `ALKSTORE_BENCH_LOOP_CANDS=hidden,unnamed`
 //! picks the candidates run beside the loops, the burn-down and (the first)
 //! the held snapshot (`none`: none); `ALKSTORE_BENCH_BURN_BACKLOG` and
 //! `ALKSTORE_BENCH_BURN_SECS` the burn-down's backlog and time cap per
@@ -120,6 +122,10 @@ pub struct Scale {
     pub vs_sizes: Vec<u64>,
     /// Wall time of one cell's round in that comparison, at most.
     pub vs_cell_time: Duration,
+    /// Rounds of that comparison (`ALKSTORE_BENCH_VS_ROUNDS`).
+    pub vs_rounds: u64,
+    /// The candidates of that comparison (`ALKSTORE_BENCH_CANDS`).
+    pub cands: Vec<Cand>,
     /// The parts to run (`ALKSTORE_BENCH_ONLY`): [`DEFAULT_PARTS`] unless told.
     pub parts: Vec<&'static str>,
 }
@@ -150,13 +156,13 @@ impl Scale {
             claim_time: Duration::from_secs(8),
             explain_warmup: 6,
             explain_runs: 5,
-            loop_time: Duration::from_secs(20),
+            loop_time: Duration::from_secs(12),
             loop_groups: vec![(8, 1), (8, 10), (8, 100)],
             loop_commits: vec![Commit::On, Commit::Off],
             loop_cands: candidates::LOOP_CANDS.to_vec(),
             burn_backlog: 100_000,
             burn_slice: Duration::from_secs(10),
-            burn_cap: Duration::from_secs(60),
+            burn_cap: Duration::from_secs(40),
             held_before: Duration::from_secs(10),
             held_hold: Duration::from_secs(120),
             held_after: Duration::from_secs(30),
@@ -171,6 +177,8 @@ impl Scale {
             churn_variants: DEFAULT_CHURN_VARIANTS.map(str::to_owned).to_vec(),
             vs_sizes: vec![100_000, 1_000_000],
             vs_cell_time: Duration::from_secs(2),
+            vs_rounds: 3,
+            cands: candidates::CANDS.to_vec(),
             parts: DEFAULT_PARTS.to_vec(),
         };
         match name {
@@ -217,6 +225,7 @@ impl Scale {
                 churn_sample: Duration::from_secs(1),
                 vs_sizes: vec![5_000],
                 vs_cell_time: Duration::from_secs(1),
+                vs_rounds: 1,
                 parts: ALL_PARTS.to_vec(),
                 loop_groups: vec![(2, 1), (2, 100)],
                 loop_commits: vec![Commit::Off],
@@ -281,23 +290,17 @@ impl Scale {
                 .collect();
             scale.name.push_str(", loop groups overridden");
         }
-        if let Ok(cands) = std::env::var("ALKSTORE_BENCH_LOOP_CANDS") {
-            scale.loop_cands = if cands.trim() == "none" {
-                Vec::new()
-            } else {
-                cands
-                    .split(',')
-                    .map(|c| {
-                        Cand::from_slug(c.trim()).unwrap_or_else(|| {
-                            panic!(
-                                "ALKSTORE_BENCH_LOOP_CANDS: {c:?} is none of {:?} (or none)",
-                                candidates::CANDS.map(Cand::slug)
-                            )
-                        })
-                    })
-                    .collect()
-            };
+        if let Some(cands) = env_cands("ALKSTORE_BENCH_LOOP_CANDS") {
+            scale.loop_cands = cands;
             scale.name.push_str(", loop candidates overridden");
+        }
+        if let Some(cands) = env_cands("ALKSTORE_BENCH_CANDS") {
+            scale.cands = cands;
+            scale.name.push_str(", candidates overridden");
+        }
+        if let Some(rounds) = harness::bench::env_number("ALKSTORE_BENCH_VS_ROUNDS") {
+            scale.vs_rounds = (rounds as u64).max(1);
+            scale.name.push_str(", rounds overridden");
         }
         if let Some(backlog) = harness::bench::env_number("ALKSTORE_BENCH_BURN_BACKLOG") {
             scale.burn_backlog = backlog as u64;
@@ -349,6 +352,27 @@ impl Scale {
         }
         scale
     }
+}
+
+/// Candidates named by their slugs, comma-separated (`none`: none).
+fn env_cands(var: &str) -> Option<Vec<Cand>> {
+    let value = std::env::var(var).ok()?;
+    if value.trim() == "none" {
+        return Some(Vec::new());
+    }
+    Some(
+        value
+            .split(',')
+            .map(|c| {
+                Cand::from_slug(c.trim()).unwrap_or_else(|| {
+                    panic!(
+                        "{var}: {c:?} is none of {:?} (or none)",
+                        candidates::CANDS.map(Cand::slug)
+                    )
+                })
+            })
+            .collect(),
+    )
 }
 
 pub fn env_secs(var: &str) -> Option<Duration> {

@@ -320,6 +320,28 @@ impl System {
         }
     }
 
+    /// One claim of up to `limit` jobs that acks `acks` in the same
+    /// statement, for a candidate that does ([`Cand::acks_in_claim`]).
+    pub fn claim_acking(
+        &self,
+        now: i64,
+        worker: &str,
+        limit: i64,
+        promote: bool,
+        acks: &[product::Claimed],
+    ) -> ClaimPath {
+        let System::Cand(c, schema) = self else {
+            panic!("only a candidate acks in its claim")
+        };
+        let acks: Vec<(i64, i32)> = acks.iter().map(|a| (a.id, a.attempts)).collect();
+        c.path_acking(schema, QUEUE, now, worker, limit, promote, &acks)
+    }
+
+    /// Whether this system acks a worker's jobs in its next claim.
+    pub fn acks_in_claim(&self) -> bool {
+        matches!(self, System::Cand(c, _) if c.acks_in_claim())
+    }
+
     /// The statement enqueueing `payloads` (one statement, whatever their
     /// number), due now.
     pub fn enqueue(&self, payloads: &[Value], now: i64) -> Stmt {

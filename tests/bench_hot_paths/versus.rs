@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio_postgres::Client;
 
-use crate::candidates::{CANDS, PromoteClock};
+use crate::candidates::PromoteClock;
 use crate::designs::{self, FUTURE_AHEAD, Mix, NORMAL};
 use crate::explain::{Explainer, Work};
 use crate::latency::{Recorder, ms};
@@ -104,18 +104,14 @@ impl VsClaim {
     }
 }
 
-/// Rounds the claim cells are split into, every cell measured in every
-/// round, in turn.
-const VS_ROUNDS: u64 = 3;
-
 /// The systems of the claim comparison: the product, the floor, the peers
 /// (when installed), then the candidates.
-pub fn claim_kinds(with_peers: bool) -> Vec<Kind> {
+pub fn claim_kinds(with_peers: bool, scale: &Scale) -> Vec<Kind> {
     let mut kinds = vec![Kind::Product, Kind::Floor];
     if with_peers {
         kinds.extend([Kind::PgBoss, Kind::Graphile]);
     }
-    kinds.extend(CANDS.map(Kind::Cand));
+    kinds.extend(scale.cands.iter().map(|&c| Kind::Cand(c)));
     kinds
 }
 
@@ -138,7 +134,7 @@ async fn claim_group(
     size: u64,
     mix: Mix,
 ) -> Vec<VsClaim> {
-    let kinds = claim_kinds(peers.is_some());
+    let kinds = claim_kinds(peers.is_some(), scale);
     let mut systems: Vec<Arc<System>> = Vec::new();
     let now = unix_now();
     for &kind in &kinds {
@@ -225,12 +221,13 @@ async fn claim_group(
         }
     }
     progress(&format!(
-        "versus: {} / {} jobs: measuring {} cells in {VS_ROUNDS} rounds",
+        "versus: {} / {} jobs: measuring {} cells in {} rounds",
         mix.name,
         count(size),
-        cells.len()
+        cells.len(),
+        scale.vs_rounds
     ));
-    for _ in 0..VS_ROUNDS {
+    for _ in 0..scale.vs_rounds {
         for cell in &mut cells {
             let mut workers = Vec::new();
             for c in 0..cell.clients {
@@ -251,7 +248,7 @@ async fn claim_group(
             let run = pool::run(
                 workers,
                 Limit {
-                    steps: per_client.div_ceil(VS_ROUNDS),
+                    steps: per_client.div_ceil(scale.vs_rounds),
                     time: scale.vs_cell_time,
                 },
             )
@@ -300,20 +297,21 @@ fn find<'a>(claims: &'a [VsClaim], kind: Kind, mix: &Mix, size: u64) -> Option<&
 
 pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
     report.heading("Claim beside the floor and the peers");
-    report.para(
+    report.para(&format!(
         "One claim of one job, each client on its own connection, statements prepared; the \
          product's claim path pipelined as the engine sends it (promote, then claim, one round \
          trip). Every system on its own table of the same jobs, seeded alike; all cells of a \
-         table group measured in three interleaved rounds. `off`/`on`: the clients' \
+         table group measured in {} interleaved rounds. `off`/`on`: the clients' \
          `synchronous_commit`. Buffers: EXPLAIN (ANALYZE, BUFFERS) of the prepared statements, \
-         median of five runs; server ms: that run's `Execution Time` summed over the path's \
+         median of {} runs after {} that settle the plan cache; server ms: that run's `Execution Time` summed over the path's \
          statements (the executor only: no parse, round trip or commit); the candidates' \
          planning ms: that run's `Planning Time` (a prepared statement's plan cache lookup, \
          and its planning when the cache builds a custom plan); plans generic/custom: what \
          the server's plan cache built for each statement over the EXPLAIN session's warm-up \
          and measured runs (`pg_prepared_statements`; `fresh`: an unnamed statement, \
          planned every time).",
-    );
+        scale.vs_rounds, scale.explain_runs, scale.explain_warmup
+    ));
     let mut table = Table::new(&[
         "mix",
         "jobs>",
