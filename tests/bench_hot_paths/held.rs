@@ -160,10 +160,13 @@ async fn run_one(
         tasks.spawn(async move {
             let mut slots: Vec<Recorder> = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                let (done, took) = worker
+                let Some((done, took)) = worker
                     .claim_and_finish()
                     .await
-                    .unwrap_or_else(|e| panic!("held snapshot client {client}: {e}"));
+                    .unwrap_or_else(|e| panic!("held snapshot client {client}: {e}"))
+                else {
+                    continue;
+                };
                 let slot = (started.elapsed().as_secs_f64() / interval.as_secs_f64()) as usize;
                 if slots.len() <= slot {
                     slots.resize_with(slot + 1, Recorder::new);

@@ -67,6 +67,14 @@ pub struct LoopWorker {
     /// Jobs claimed and finished, not yet acked: a system that acks in its
     /// next claim ([`System::acks_in_claim`]) sends them with it.
     pub unacked: Vec<product::Claimed>,
+    /// Statements the server rolled back as a deadlock's victim (and this
+    /// client ran again).
+    pub deadlocks: u64,
+}
+
+/// Whether the server refused the statement as a deadlock's victim.
+fn is_deadlock(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
 }
 
 impl LoopWorker {
@@ -91,6 +99,7 @@ impl LoopWorker {
             enqueue,
             drained: false,
             unacked: Vec::new(),
+            deadlocks: 0,
         }
     }
 
@@ -104,14 +113,16 @@ impl LoopWorker {
         self.conn
             .query(&enqueue)
             .await
-            .map_err(|e| db_error("enqueue", &e))?;
+            .map_err(|e| self.error("enqueue", &e))?;
         self.n += count;
         Ok(())
     }
 
     /// Claims up to `batch` jobs and finishes them; returns how many, and
-    /// how long the claim path alone took.
-    pub async fn claim_and_finish(&mut self) -> Result<(u64, Duration), String> {
+    /// how long the claim path alone took; `None` when the server chose
+    /// this step's transaction as a deadlock's victim (counted in
+    /// `deadlocks`; nothing was claimed, the step can be run again).
+    pub async fn claim_and_finish(&mut self) -> Result<Option<(u64, Duration)>, String> {
         let (now, limit, promote) = (unix_now(), self.batch as i64, self.promote.due());
         let path = if self.system.acks_in_claim() {
             self.system
@@ -120,11 +131,14 @@ impl LoopWorker {
             self.system.claim(now, &self.worker, limit, promote)
         };
         let started = Instant::now();
-        let rows = self
-            .conn
-            .pipeline(&path.stmts)
-            .await
-            .map_err(|e| db_error("claim", &e))?;
+        let rows = match self.conn.pipeline(&path.stmts).await {
+            Ok(rows) => rows,
+            Err(e) if is_deadlock(&e) => {
+                self.deadlocks += 1;
+                return Ok(None);
+            }
+            Err(e) => return Err(self.error("claim", &e)),
+        };
         let took = started.elapsed();
         let claimed = self.system.claimed(path.claimed(&rows))?;
         self.claims
@@ -136,15 +150,23 @@ impl LoopWorker {
                 Claimed::Product(jobs) => jobs,
                 _ => Vec::new(),
             };
-            return Ok((count, took));
+            return Ok(Some((count, took)));
         }
         if let Some(ack) = self.system.ack(&claimed, &self.worker) {
-            self.conn
-                .query(&ack)
-                .await
-                .map_err(|e| db_error("ack", &e))?;
+            loop {
+                match self.conn.query(&ack).await {
+                    Ok(_) => break,
+                    Err(e) if is_deadlock(&e) => self.deadlocks += 1,
+                    Err(e) => return Err(self.error("ack", &e)),
+                }
+            }
         }
-        Ok((claimed.len() as u64, took))
+        Ok(Some((claimed.len() as u64, took)))
+    }
+
+    /// A failed statement's error, naming the system.
+    fn error(&self, what: &str, e: &tokio_postgres::Error) -> String {
+        db_error(&format!("{} {what}", label_of(&self.system)), e)
     }
 }
 
@@ -154,7 +176,9 @@ impl Worker for LoopWorker {
         if self.enqueue {
             self.enqueue(self.batch).await?;
         }
-        let (claimed, _) = self.claim_and_finish().await?;
+        let Some((claimed, _)) = self.claim_and_finish().await? else {
+            return Ok(0);
+        };
         self.latency.record(started.elapsed());
         if !self.enqueue && claimed == 0 {
             self.drained = true;
@@ -186,6 +210,8 @@ pub struct LoopResult {
     /// WAL the server wrote while this system's turns ran (the engine's
     /// maintenance step included), in bytes.
     pub wal_bytes: f64,
+    /// Statements rolled back as a deadlock's victim, and run again.
+    pub deadlocks: u64,
 }
 
 /// Slices each system's steady loop time is split into: the systems take
@@ -363,6 +389,7 @@ async fn run_group(
             backlog: (shape == Shape::BurnDown)
                 .then(|| (scale.burn_backlog, r.workers.iter().all(|w| w.drained))),
             wal_bytes: r.wal_bytes,
+            deadlocks: r.workers.iter().map(|w| w.deadlocks).sum(),
         });
         drop(r.workers);
         if let Some(m) = r.maintainer {
@@ -429,6 +456,7 @@ pub fn report_loops(report: &mut Report, loops: &[LoopResult], scale: &Scale) {
             "step p50>",
             "step p99>",
             "WAL bytes / job>",
+            "deadlocks>",
             "alkstore / this>",
         ]);
         for l in &rows {
@@ -453,6 +481,7 @@ pub fn report_loops(report: &mut Report, loops: &[LoopResult], scale: &Scale) {
                 } else {
                     "n/a".to_owned()
                 },
+                l.deadlocks.to_string(),
                 if l.kind == Kind::Product {
                     String::new()
                 } else {

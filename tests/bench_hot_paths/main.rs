@@ -494,70 +494,96 @@ async fn run(scale: Scale) {
         None
     };
 
-    let mut report = Report::default();
-    let measured_claims = if runs("claims") || runs("rejected") {
-        Some(claims::run(&mut admin, &scale, runs("claims"), runs("rejected")).await)
-    } else {
-        None
-    };
-    let measured_versus = if runs("versus") {
-        Some(versus::run_claims(&mut admin, &scale, peers.as_ref()).await)
-    } else {
-        None
-    };
-    let mut measured_loops = Vec::new();
-    if runs("loops") {
-        measured_loops.extend(loops::run_steady(&mut admin, &scale, peers.as_ref()).await);
-    }
-    if runs("burndown") {
-        measured_loops.extend(loops::run_burn_down(&mut admin, &scale, peers.as_ref()).await);
-    }
-    let measured_held = if runs("held") {
-        Some(held::run(&mut admin, &scale, peers.as_ref()).await)
-    } else {
-        None
-    };
-    let measured_churn = if runs("churn") {
-        Some(churn::run(&mut admin, &scale).await)
-    } else {
-        None
-    };
-    durable.reset(&admin).await;
-    let load_after = load_average();
-
-    // ---- The report.
-    report.para(&format!(
-        "PostgreSQL {version}, {} scale, one run. {}. Load average (1, 5, 15 min) {load_before} \
-         at the start, {load_after} at the end, on {} cores.{}",
-        scale.name,
-        durable.describe(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        peers.as_ref().map_or(
-            " pg-boss and graphile-worker left out.".to_owned(),
-            |p| format!(
-                " pg-boss {} and graphile-worker {} on Node {}.",
-                p.pgboss_version, p.graphile_version, p.node_version
+    let mut measured = Measured::default();
+    let header = |load_after: &str| {
+        format!(
+            "PostgreSQL {version}, {} scale, one run. {}. Load average (1, 5, 15 min) \
+             {load_before} at the start, {load_after} at the end, on {} cores.{}",
+            scale.name,
+            durable.describe(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            peers.as_ref().map_or(
+                " pg-boss and graphile-worker left out.".to_owned(),
+                |p| format!(
+                    " pg-boss {} and graphile-worker {} on Node {}.",
+                    p.pgboss_version, p.graphile_version, p.node_version
+                )
             )
         )
-    ));
+    };
+    // After each part, what is measured so far is written out, so a run
+    // that dies later keeps it.
+    let partial = |measured: &Measured| {
+        let text = format!(
+            "(partial: the run is still going) {}",
+            header(&load_average())
+        );
+        measured.report(&text, &scale).write();
+    };
+    if runs("claims") || runs("rejected") {
+        measured.claims =
+            Some(claims::run(&mut admin, &scale, runs("claims"), runs("rejected")).await);
+        partial(&measured);
+    }
+    if runs("versus") {
+        measured.versus = Some(versus::run_claims(&mut admin, &scale, peers.as_ref()).await);
+        partial(&measured);
+    }
+    if runs("loops") {
+        let steady = loops::run_steady(&mut admin, &scale, peers.as_ref()).await;
+        measured.loops.extend(steady);
+        partial(&measured);
+    }
+    if runs("burndown") {
+        let burn = loops::run_burn_down(&mut admin, &scale, peers.as_ref()).await;
+        measured.loops.extend(burn);
+        partial(&measured);
+    }
+    if runs("held") {
+        measured.held = Some(held::run(&mut admin, &scale, peers.as_ref()).await);
+        partial(&measured);
+    }
+    if runs("churn") {
+        measured.churn = Some(churn::run(&mut admin, &scale).await);
+    }
+    durable.reset(&admin).await;
+    measured
+        .report(&header(&load_average()), &scale)
+        .finish("Hot paths: measured figures");
+}
 
-    if let Some(measured) = &measured_claims {
-        claims::report(&mut report, measured, &scale);
-    }
-    if let Some(measured) = &measured_versus {
-        versus::report_claims(&mut report, measured, &scale);
-    }
-    if !measured_loops.is_empty() {
-        loops::report_loops(&mut report, &measured_loops, &scale);
-    }
-    if let Some(measured) = &measured_held {
-        held::report(&mut report, measured, &scale);
-    }
-    if let Some(measured) = &measured_churn {
-        churn::report(&mut report, measured, &scale);
-    }
+/// What a run measured, part by part.
+#[derive(Default)]
+struct Measured {
+    claims: Option<claims::Measured>,
+    versus: Option<Vec<versus::VsClaim>>,
+    loops: Vec<loops::LoopResult>,
+    held: Option<Vec<held::HeldResult>>,
+    churn: Option<Vec<churn::ChurnResult>>,
+}
 
-    report.finish("Hot paths: measured figures");
+impl Measured {
+    /// The report of what is measured, under `header`.
+    fn report(&self, header: &str, scale: &Scale) -> Report {
+        let mut report = Report::default();
+        report.para(header);
+        if let Some(measured) = &self.claims {
+            claims::report(&mut report, measured, scale);
+        }
+        if let Some(measured) = &self.versus {
+            versus::report_claims(&mut report, measured, scale);
+        }
+        if !self.loops.is_empty() {
+            loops::report_loops(&mut report, &self.loops, scale);
+        }
+        if let Some(measured) = &self.held {
+            held::report(&mut report, measured, scale);
+        }
+        if let Some(measured) = &self.churn {
+            churn::report(&mut report, measured, scale);
+        }
+        report
+    }
 }
 
 /// The server's durability for the run: `fsync` and `full_page_writes` on
