@@ -410,13 +410,28 @@ pub fn literal_limit_claim(schema: &str, limit: i64) -> String {
 /// a follow-up that ships it must also return the count when nothing is
 /// claimed (e.g. a one-row `LEFT JOIN`). `$1` worker, `$2` now, `$3`
 /// queue, `$4` limit, `$5` acked ids, `$6` their attempts.
+///
+/// The claim's limit reads the deletion's count, so the deletion runs to
+/// its end before the claim locks anything. In the first version the
+/// deletion ran last, and two workers deadlocked (twice in one full run):
+/// a claim's `FOR UPDATE SKIP LOCKED` that meets an entry of a job another
+/// worker claimed a moment ago (its snapshot still saw the row unclaimed)
+/// follows the update chain, locks the newest version and only then finds
+/// it no longer claimable: the row is skipped but stays locked until the
+/// statement's end; each worker's deletion then waited for the other's
+/// stray lock on the job it was acking.
 pub fn ack_in_claim(schema: &str) -> String {
     format!(
         "WITH acked AS (DELETE FROM {schema}.jobs \
          WHERE id = ANY(ARRAY(SELECT unnest(CAST($5 AS bigint[])))) AND worker_id = $1 \
          AND (id, attempts) IN (SELECT unnest(CAST($5 AS bigint[])), \
          unnest(CAST($6 AS integer[]))) RETURNING id) \
-         {claim}, (SELECT count(*) FROM acked) AS acked",
-        claim = hidden_claim(schema, FULL_ROW)
+         UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
+         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
+         LIMIT (SELECT CAST($4 AS bigint) + 0 * count(*) FROM acked) \
+         FOR UPDATE SKIP LOCKED)) RETURNING {FULL_ROW}, (SELECT count(*) FROM acked) AS acked"
     )
 }
