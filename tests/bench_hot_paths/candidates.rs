@@ -1,35 +1,38 @@
 //! Candidate claim paths on the product's schema: hand-written, labelled
-//! alternatives the product does not ship (yet), measured beside its claim
-//! path to find where the time goes and what to ship. Every candidate's SQL
-//! is written here and nowhere else (`hidden_promote`, `hidden_claim`,
-//! `literal_limit_claim`), so shipping one means moving one function into
-//! `schema_gen::statements` and deleting it here.
+//! alternatives to the product's claim path, measured beside it to find
+//! where the time goes and what to ship. Every candidate's SQL is written
+//! here and nowhere else (`plain_promote`, `plain_claim`, `narrow_claim`,
+//! `literal_limit_claim`, `ack_in_claim`); a candidate that uses the
+//! product's statements takes them from `product.rs`.
 //!
-//! The question most of them answer: the product's claim path spends about
-//! half its time planning, because the server's plan cache builds a custom
-//! plan on every execution. A prepared statement gets a generic plan (built
-//! once, reused) only when the generic plan's estimated cost is below the
-//! average custom plan's plus a planning charge; `LIMIT $4` (estimated as
-//! 10% of the rows) and the parameters in the predicates (`run_at <= $2`:
-//! a third of the rows) make the generic estimate look far worse than the
-//! custom ones, which know the values, so the cache replans for ever.
+//! The question most of them answered: the product's claim path spent
+//! about half its time planning, because the server's plan cache built a
+//! custom plan on every execution. A prepared statement gets a generic plan
+//! (built once, reused) only when the generic plan's estimated cost is
+//! below the average custom plan's plus a planning charge; `LIMIT $4`
+//! (estimated as 10% of the rows) and the parameters in the predicates
+//! (`run_at <= $2`: a third of the rows) made the generic estimate look far
+//! worse than the custom ones, which know the values, so the cache replanned
+//! for ever.
+//! - *before: plain placeholders*: the statements as the product wrote them
+//!   until it shipped the fix, kept to measure before and after in one run;
 //! - *literal LIMIT*: the peers' way (pg-boss and graphile-worker write the
 //!   batch size into the text): one statement text per batch size;
-//! - *hidden*: every parameter the planner would estimate with sits in a
-//!   scalar sub-select (`(SELECT CAST($3 AS text))`, `LIMIT (SELECT ...)`),
-//!   which the planner never folds into a constant, custom plan or not: the
-//!   custom plans know nothing the generic plan does not, their costs are
-//!   equal, and the cache keeps the generic plan after its five custom ones,
-//!   whatever the data;
+//! - *the product* (shipped, was the *hidden* candidate): every parameter
+//!   the planner would estimate with sits in a scalar sub-select
+//!   (`(SELECT CAST($3 AS text))`, `LIMIT (SELECT ...)`), which the planner
+//!   never folds into a constant, custom plan or not: the custom plans know
+//!   nothing the generic plan does not, their costs are equal, and the cache
+//!   keeps the generic plan after its five custom ones, whatever the data;
 //! - `plan_cache_mode = force_generic_plan` for the session (the reference,
 //!   not shippable: it changes the plan of every statement the caller runs
 //!   on that connection and is lost under transaction pooling), and the
 //!   same as `SET LOCAL` inside `BEGIN ... COMMIT` around the path (it ends
 //!   with the transaction);
-//! - *unnamed*: statements sent unnamed (`query_typed`: Parse, Bind, Execute
-//!   each time), as a session behind pgbouncer's transaction pooling must;
-//!   the plan cache cannot help there at all: every execution is parsed and
-//!   planned;
+//! - *unnamed*: the product's statements (and, before, the plain ones)
+//!   sent unnamed (`query_typed`: Parse, Bind, Execute each time), as a
+//!   session behind pgbouncer's transaction pooling must; the plan cache
+//!   cannot help there at all: every execution is parsed and planned;
 //! - *promote once a second*: the session pipelines `promote` before its
 //!   claim only when its last promote is a second old or more (a timer in
 //!   the engine, as River's scheduler and Oban's stager run theirs), so most
@@ -70,22 +73,26 @@ pub enum Cand {
     /// The product's promote, and its claim with the batch size written as
     /// a literal `LIMIT` (one statement text per batch size).
     LiteralLimit,
-    /// Promote and claim with every estimated parameter hidden in a scalar
-    /// sub-select: one text, a generic plan kept by the plan cache.
-    Hidden,
-    /// [`Cand::Hidden`], promote pipelined at most once a second per session.
-    HiddenPromoteEvery,
-    /// [`Cand::Hidden`] returning only `id, payload, attempts`.
-    HiddenNarrow,
-    /// [`Cand::Hidden`] on a copy of `jobs` without `jobs_claim_expiry_idx`.
-    HiddenNoExpiryIndex,
+    /// Before: promote and claim as the product wrote them until it hid
+    /// their estimated parameters (plain `$n`, `LIMIT $n`): the plan cache
+    /// builds a custom plan on every call.
+    Plain,
+    /// The product's statements, promote pipelined at most once a second
+    /// per session.
+    PromoteEvery,
+    /// The product's promote, its claim returning only `id, payload,
+    /// attempts`.
+    Narrow,
+    /// The product's statements on a copy of `jobs` without
+    /// `jobs_claim_expiry_idx`.
+    NoExpiryIndex,
     /// The product's statements sent unnamed (`query_typed`).
     Unnamed,
-    /// [`Cand::Hidden`] sent unnamed.
-    HiddenUnnamed,
-    /// [`Cand::HiddenPromoteEvery`] sent unnamed.
-    HiddenPromoteEveryUnnamed,
-    /// [`Cand::HiddenPromoteEvery`], the jobs a worker finished acked in the
+    /// [`Cand::Plain`] sent unnamed (before, behind a pooler).
+    PlainUnnamed,
+    /// [`Cand::PromoteEvery`] sent unnamed.
+    PromoteEveryUnnamed,
+    /// [`Cand::PromoteEvery`], the jobs a worker finished acked in the
     /// statement that claims its next ones.
     AckInClaim,
     /// `SELECT 1`: one round trip and nothing else.
@@ -97,13 +104,13 @@ pub const CANDS: [Cand; 12] = [
     Cand::SessionGeneric,
     Cand::LocalGeneric,
     Cand::LiteralLimit,
-    Cand::Hidden,
-    Cand::HiddenPromoteEvery,
-    Cand::HiddenNarrow,
-    Cand::HiddenNoExpiryIndex,
+    Cand::Plain,
+    Cand::PromoteEvery,
+    Cand::Narrow,
+    Cand::NoExpiryIndex,
     Cand::Unnamed,
-    Cand::HiddenUnnamed,
-    Cand::HiddenPromoteEveryUnnamed,
+    Cand::PlainUnnamed,
+    Cand::PromoteEveryUnnamed,
     Cand::AckInClaim,
     Cand::RoundTrip,
 ];
@@ -112,11 +119,7 @@ pub const CANDS: [Cand; 12] = [
 /// the product and the peers unless `ALKSTORE_BENCH_LOOP_CANDS` names others
 /// (`none` for none): what would ship, on a direct connection and behind a
 /// pooler.
-pub const LOOP_CANDS: [Cand; 3] = [
-    Cand::HiddenPromoteEvery,
-    Cand::AckInClaim,
-    Cand::HiddenPromoteEveryUnnamed,
-];
+pub const LOOP_CANDS: [Cand; 3] = [Cand::Plain, Cand::PromoteEvery, Cand::AckInClaim];
 
 /// How often a promote-once-a-second session promotes.
 pub const PROMOTE_EVERY: Duration = Duration::from_secs(1);
@@ -127,14 +130,14 @@ impl Cand {
             Cand::SessionGeneric => "ref: SET plan_cache_mode = force_generic_plan (session)",
             Cand::LocalGeneric => "cand: BEGIN; SET LOCAL plan_cache_mode ...; COMMIT",
             Cand::LiteralLimit => "cand: claim with a literal LIMIT",
-            Cand::Hidden => "cand: hidden parameters",
-            Cand::HiddenPromoteEvery => "cand: hidden, promote once a second",
-            Cand::HiddenNarrow => "cand: hidden, RETURNING id, payload, attempts",
-            Cand::HiddenNoExpiryIndex => "cand: hidden, no jobs_claim_expiry_idx",
-            Cand::Unnamed => "cand: unnamed statements (product SQL)",
-            Cand::HiddenUnnamed => "cand: unnamed, hidden",
-            Cand::HiddenPromoteEveryUnnamed => "cand: unnamed, hidden, promote once a second",
-            Cand::AckInClaim => "cand: hidden, promote once a second, ack in the next claim",
+            Cand::Plain => "before: plain placeholders (custom plan every call)",
+            Cand::PromoteEvery => "cand: promote once a second",
+            Cand::Narrow => "cand: RETURNING id, payload, attempts",
+            Cand::NoExpiryIndex => "cand: no jobs_claim_expiry_idx",
+            Cand::Unnamed => "product, unnamed (behind a pooler)",
+            Cand::PlainUnnamed => "before: plain placeholders, unnamed",
+            Cand::PromoteEveryUnnamed => "cand: unnamed, promote once a second",
+            Cand::AckInClaim => "cand: promote once a second, ack in the next claim",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
@@ -145,13 +148,13 @@ impl Cand {
             Cand::SessionGeneric => "session-generic",
             Cand::LocalGeneric => "local-generic",
             Cand::LiteralLimit => "literal-limit",
-            Cand::Hidden => "hidden",
-            Cand::HiddenPromoteEvery => "hidden-promote-every",
-            Cand::HiddenNarrow => "hidden-narrow",
-            Cand::HiddenNoExpiryIndex => "hidden-no-expiry-index",
+            Cand::Plain => "plain",
+            Cand::PromoteEvery => "promote-every",
+            Cand::Narrow => "narrow",
+            Cand::NoExpiryIndex => "no-expiry-index",
             Cand::Unnamed => "unnamed",
-            Cand::HiddenUnnamed => "hidden-unnamed",
-            Cand::HiddenPromoteEveryUnnamed => "hidden-promote-every-unnamed",
+            Cand::PlainUnnamed => "plain-unnamed",
+            Cand::PromoteEveryUnnamed => "promote-every-unnamed",
             Cand::AckInClaim => "ack-in-claim",
             Cand::RoundTrip => "round-trip",
         }
@@ -173,14 +176,14 @@ impl Cand {
     pub fn unnamed(self) -> bool {
         matches!(
             self,
-            Cand::Unnamed | Cand::HiddenUnnamed | Cand::HiddenPromoteEveryUnnamed
+            Cand::Unnamed | Cand::PlainUnnamed | Cand::PromoteEveryUnnamed
         )
     }
 
     /// The product index this candidate's copy of `jobs` goes without.
     pub fn dropped_index(self) -> Option<&'static str> {
         match self {
-            Cand::HiddenNoExpiryIndex => Some("jobs_claim_expiry_idx"),
+            Cand::NoExpiryIndex => Some("jobs_claim_expiry_idx"),
             _ => None,
         }
     }
@@ -189,7 +192,7 @@ impl Cand {
     /// before every claim, as the product does).
     pub fn promote_every(self) -> Option<Duration> {
         match self {
-            Cand::HiddenPromoteEvery | Cand::HiddenPromoteEveryUnnamed | Cand::AckInClaim => {
+            Cand::PromoteEvery | Cand::PromoteEveryUnnamed | Cand::AckInClaim => {
                 Some(PROMOTE_EVERY)
             }
             _ => None,
@@ -251,11 +254,11 @@ impl Cand {
     ) -> ClaimPath {
         let s = schema.as_str();
         let promote_limit = limit.saturating_mul(i64::from(product::PROMOTE_PER_CLAIMED));
-        let hidden = |returning: &str| {
+        let plain = || {
             let mut stmts = Vec::new();
             if promote {
                 stmts.push(Stmt::typed(
-                    hidden_promote(s),
+                    plain_promote(s),
                     vec![
                         (Param::Text(queue.to_owned()), Type::TEXT),
                         (Param::Int(now), Type::INT8),
@@ -264,7 +267,7 @@ impl Cand {
                 ));
             }
             stmts.push(Stmt::typed(
-                hidden_claim(s, returning),
+                plain_claim(s),
                 claim_params(worker, now, queue, Some(limit)),
             ));
             ClaimPath::last(stmts)
@@ -278,7 +281,11 @@ impl Cand {
             stmts
         };
         match self {
-            Cand::SessionGeneric | Cand::Unnamed => ClaimPath::last(product_path()),
+            Cand::SessionGeneric
+            | Cand::Unnamed
+            | Cand::PromoteEvery
+            | Cand::NoExpiryIndex
+            | Cand::PromoteEveryUnnamed => ClaimPath::last(product_path()),
             Cand::LocalGeneric => {
                 let mut stmts = vec![
                     Stmt::Utility("BEGIN"),
@@ -298,21 +305,24 @@ impl Cand {
                 ));
                 ClaimPath::last(stmts)
             }
-            Cand::Hidden
-            | Cand::HiddenPromoteEvery
-            | Cand::HiddenNoExpiryIndex
-            | Cand::HiddenUnnamed
-            | Cand::HiddenPromoteEveryUnnamed => hidden(FULL_ROW),
+            Cand::Plain | Cand::PlainUnnamed => plain(),
             // Nothing to ack: the versus part's claims.
             Cand::AckInClaim => {
-                let mut path = hidden(FULL_ROW);
+                let mut path = ClaimPath::last(product_path());
                 let mut params = claim_params(worker, now, queue, Some(limit));
                 params.push((Param::Ints(Vec::new()), Type::INT8_ARRAY));
                 params.push((Param::Ints(Vec::new()), Type::INT4_ARRAY));
                 path.stmts[path.claim] = Stmt::typed(ack_in_claim(s), params);
                 path
             }
-            Cand::HiddenNarrow => hidden(NARROW_ROW),
+            Cand::Narrow => {
+                let mut path = ClaimPath::last(product_path());
+                path.stmts[path.claim] = Stmt::typed(
+                    narrow_claim(s),
+                    claim_params(worker, now, queue, Some(limit)),
+                );
+                path
+            }
             Cand::RoundTrip => ClaimPath::last(vec![Stmt::new("SELECT 1 AS id", Vec::new())]),
         }
     }
@@ -364,29 +374,40 @@ fn claim_params(worker: &str, now: i64, queue: &str, limit: Option<i64>) -> Vec<
     params
 }
 
-/// The product's promote (`jobs::promote`) with its three parameters hidden
-/// from estimation. `$1` queue, `$2` now, `$3` limit.
-pub fn hidden_promote(schema: &str) -> String {
+/// Promote as the product wrote it before it hid its parameters (plain
+/// placeholders, `LIMIT $3`). `$1` queue, `$2` now, `$3` limit.
+pub fn plain_promote(schema: &str) -> String {
     format!(
         "UPDATE {schema}.jobs SET ready = TRUE WHERE id = ANY(ARRAY(\
-         SELECT id FROM {schema}.jobs WHERE queue = (SELECT CAST($1 AS text)) AND NOT ready \
-         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY run_at \
-         LIMIT (SELECT CAST($3 AS bigint)) FOR UPDATE SKIP LOCKED))"
+         SELECT id FROM {schema}.jobs WHERE queue = $1 AND NOT ready AND run_at <= $2 \
+         ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED))"
     )
 }
 
-/// The product's claim (`jobs::claim`) with the parameters of its
-/// predicates and its limit hidden from estimation (those of its `SET` need
-/// no hiding: no estimate reads them). `$1` worker, `$2` now, `$3` queue,
+/// Claim as the product wrote it before it hid its parameters. `$1`
+/// worker, `$2` now, `$3` queue, `$4` limit.
+pub fn plain_claim(schema: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = $3 AND claimed_at IS NULL AND ready AND run_at <= $2 \
+         ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)) \
+         RETURNING {FULL_ROW}"
+    )
+}
+
+/// The product's claim (`jobs::claim`, parameters hidden as it hides them)
+/// returning only what a worker needs. `$1` worker, `$2` now, `$3` queue,
 /// `$4` limit.
-pub fn hidden_claim(schema: &str, returning: &str) -> String {
+pub fn narrow_claim(schema: &str) -> String {
     format!(
         "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
          claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
          WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
          WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
          AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
-         LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) RETURNING {returning}"
+         LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) RETURNING {NARROW_ROW}"
     )
 }
 
@@ -403,7 +424,8 @@ pub fn literal_limit_claim(schema: &str, limit: i64) -> String {
     )
 }
 
-/// [`hidden_claim`] that first deletes the jobs this worker acks (`ack_many`'s
+/// The product's claim (parameters hidden as it hides them) that first
+/// deletes the jobs this worker acks (`ack_many`'s
 /// predicate: the ids, this worker, the attempts they were claimed at), in
 /// one statement: one round trip and one commit for a step's finish and its
 /// next claim. The count of acked jobs rides on every claimed row (`acked`);

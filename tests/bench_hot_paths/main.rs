@@ -28,9 +28,9 @@
 //! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
 //! groups (of the loop and the burn-down);
 //! `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,burndown,held,churn`
-//! runs only the parts named; `ALKSTORE_BENCH_CANDS=hidden,unnamed` picks
+//! runs only the parts named; `ALKSTORE_BENCH_CANDS=plain,unnamed` picks
 //! the candidates of the claim comparison and `ALKSTORE_BENCH_VS_ROUNDS`
-//! its rounds; `ALKSTORE_BENCH_LOOP_CANDS=hidden,unnamed`
+//! its rounds; `ALKSTORE_BENCH_LOOP_CANDS=plain,unnamed`
 //! picks the candidates run beside the loops, the burn-down and (the first)
 //! the held snapshot (`none`: none); `ALKSTORE_BENCH_BURN_BACKLOG` and
 //! `ALKSTORE_BENCH_BURN_SECS` the burn-down's backlog and time cap per

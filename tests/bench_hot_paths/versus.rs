@@ -364,9 +364,11 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
 
     report.heading("Where the claim path's time goes: candidates on the product's schema");
     report.para(
-        "Hand-written alternatives to the product's claim path, on the product's own schema and \
-         seeded table (the no-expiry-index candidate on its own copy); none is shipped; their \
-         SQL is `tests/bench_hot_paths/candidates.rs`. `synchronous_commit` off. The last \
+        "Alternatives to the product's claim path, on the product's own schema and seeded \
+         table (the no-expiry-index candidate on its own copy): `before` rows are the \
+         statements the product shipped until it hid its estimated parameters, `cand` rows \
+         are not shipped, `ref` rows are references; their SQL is \
+         `tests/bench_hot_paths/candidates.rs` (the rest use the product's statements). `synchronous_commit` off. The last \
          columns compare with the product's claim path in the same round (below 1.00x: the \
          candidate is faster).",
     );
