@@ -23,7 +23,9 @@ statement! {
     /// with more due jobs waiting than `limit`, the ones due earliest come
     /// first. Use a limit above the claim's batch (e.g. 10x) so promotion
     /// keeps ahead. Like [`claim`](super::claim), it skips held rows but can
-    /// meet PostgreSQL's one update-chain wait.
+    /// meet PostgreSQL's one update-chain wait. Its queue, `now` and limit
+    /// are hidden from the planner, so a prepared session plans it once
+    /// ([`jobs`](super), "The claim path is planned once").
     ///
     /// ```
     /// use schema_gen::statements::jobs;
@@ -96,6 +98,10 @@ statement! {
     /// instant between the check and the skip is followed to its newer
     /// version, and that step waits for whoever holds it (README, "skipping,
     /// and PostgreSQL's one wait"). Keep the engine's transactions short.
+    ///
+    /// The queue, `now` in `run_at <= now` and the limit are hidden from the
+    /// planner, so a prepared session plans it once (module docs, "Planned
+    /// once").
     ///
     /// ```
     /// use schema_gen::statements::jobs;
