@@ -17,7 +17,8 @@
 //! the burn-down of a backlog by 8 clients at the same batches (`burndown`);
 //! a steady queue under a `REPEATABLE READ` snapshot held for 120 s
 //! (`held`). Only when named: the rejected designs (a) and (c) (`rejected`,
-//! `designs.rs`) and the churn (`churn`). BENCHMARKS.md explains the
+//! `designs.rs`), the churn (`churn`) and the wake-ups' pickup latency and
+//! enqueue cost (`wakeups`, `wakeups/`). BENCHMARKS.md explains the
 //! figures.
 //!
 //! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
@@ -27,7 +28,7 @@
 //! `ALKSTORE_BENCH_LOOP_SECS`, `ALKSTORE_BENCH_CHURN_SECS` override parts of
 //! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
 //! groups (of the loop and the burn-down);
-//! `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,burndown,held,churn`
+//! `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,burndown,held,churn,wakeups`
 //! runs only the parts named; `ALKSTORE_BENCH_CANDS=plain,unnamed` picks
 //! the candidates of the claim comparison and `ALKSTORE_BENCH_VS_ROUNDS`
 //! its rounds; `ALKSTORE_BENCH_LOOP_CANDS=plain,unnamed`
@@ -57,6 +58,7 @@ mod product;
 mod report;
 mod systems;
 mod versus;
+mod wakeups;
 
 use std::time::{Duration, Instant};
 
@@ -130,8 +132,8 @@ pub struct Scale {
     pub parts: Vec<&'static str>,
 }
 
-const ALL_PARTS: [&str; 7] = [
-    "claims", "rejected", "versus", "loops", "burndown", "held", "churn",
+const ALL_PARTS: [&str; 8] = [
+    "claims", "rejected", "versus", "loops", "burndown", "held", "churn", "wakeups",
 ];
 
 /// The parts of a run unless `ALKSTORE_BENCH_ONLY` names others: the
@@ -480,7 +482,7 @@ async fn run(scale: Scale) {
     };
     let runs = |part: &str| scale.parts.contains(&part);
     let peers = if peers_wanted
-        && ["versus", "loops", "burndown", "held"]
+        && ["versus", "loops", "burndown", "held", "wakeups"]
             .iter()
             .any(|part| runs(part))
     {
@@ -545,6 +547,10 @@ async fn run(scale: Scale) {
     }
     if runs("churn") {
         measured.churn = Some(churn::run(&mut admin, &scale).await);
+        partial(&measured);
+    }
+    if runs("wakeups") {
+        measured.wakeups = Some(wakeups::run(&mut admin, &scale, peers.as_ref()).await);
     }
     durable.reset(&admin).await;
     measured
@@ -560,6 +566,7 @@ struct Measured {
     loops: Vec<loops::LoopResult>,
     held: Option<Vec<held::HeldResult>>,
     churn: Option<Vec<churn::ChurnResult>>,
+    wakeups: Option<wakeups::Measured>,
 }
 
 impl Measured {
@@ -581,6 +588,9 @@ impl Measured {
         }
         if let Some(measured) = &self.churn {
             churn::report(&mut report, measured, scale);
+        }
+        if let Some(measured) = &self.wakeups {
+            wakeups::report(&mut report, measured);
         }
         report
     }
