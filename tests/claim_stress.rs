@@ -530,13 +530,12 @@ async fn claimers_promoters_workers_and_the_reaper_never_wait_for_a_held_row() {
     }
 }
 
-/// Polls the watch until `waiter` has reported a wait (at most a minute:
-/// only a failing run waits that long).
+/// Polls the watch until `waiter` has reported a wait and the watch has
+/// read its sessions (at most a minute: only a failing run waits that
+/// long). The caller then ends the wait; ended before that read, the read
+/// finds the waiter no longer waiting (seen under a loaded machine).
 async fn reported(watch: &LockWatch, waiter: &str) {
     for _ in 0..1200 {
-        // Reported and read: the sessions are read beside the report, and
-        // the caller ends the wait next (read after it, the waiter shows as
-        // no longer waiting).
         if watch
             .seen()
             .iter()

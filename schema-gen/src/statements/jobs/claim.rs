@@ -1,13 +1,13 @@
 //! The claim path ([`CLAIM_PATH`](crate::statements::CLAIM_PATH)): promote a queue's due jobs, then
 //! claim.
 
-use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_query::{Expr, ExprTrait, Order, Query};
 use sea_query_postgres::PostgresBinder;
 
-use schema_model::{Job, Jobs, SchemaName};
+use schema_model::{Job, Jobs, SchemaName, SqlType};
 
 use super::returning_job;
-use crate::statements::binder::{Binder, any_of, table};
+use crate::statements::binder::{Binder, any_of_picked, hidden, table};
 use crate::statements::define::{Build, statement};
 use crate::statements::pinned::Pinned;
 use crate::statements::{Rows, RowsAffected};
@@ -24,7 +24,9 @@ statement! {
     /// with more due jobs waiting than `limit`, the ones due earliest come
     /// first. Use a limit above the claim's batch (e.g. 10x) so promotion
     /// keeps ahead. Like [`claim`](super::claim), it skips held rows but can
-    /// meet PostgreSQL's one update-chain wait.
+    /// meet PostgreSQL's one update-chain wait. Its queue, `now` and limit
+    /// are hidden from the planner, so a prepared session plans it once
+    /// ([`jobs`](super), "The claim path is planned once").
     ///
     /// ```
     /// use schema_gen::statements::jobs;
@@ -34,10 +36,12 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "ready" = TRUE WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY "#,
-    ///         r#"(SELECT "id" FROM "alkstore"."jobs" WHERE ("queue" OPERATOR(pg_catalog.=) $1) AND (NOT "#,
-    ///         r#""ready") AND ("run_at" OPERATOR(pg_catalog.<=) $2) ORDER BY "run_at" ASC LIMIT $3 FOR "#,
-    ///         r#"UPDATE SKIP LOCKED))"#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "ready" = TRUE WHERE "id" OPERATOR(pg_catalog.=) "#,
+    ///         r#"ANY(ARRAY((SELECT "id" FROM "alkstore"."jobs" WHERE ("queue" "#,
+    ///         r#"OPERATOR(pg_catalog.=) (SELECT CAST($1 AS pg_catalog.text))) AND (NOT "ready") "#,
+    ///         r#"AND ("run_at" OPERATOR(pg_catalog.<=) (SELECT CAST($2 AS pg_catalog.int8))) "#,
+    ///         r#"ORDER BY "run_at" ASC) LIMIT (SELECT CAST($3 AS pg_catalog.int8)) FOR UPDATE "#,
+    ///         r#"SKIP LOCKED))"#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["queue", "now", "limit"]);
@@ -61,16 +65,17 @@ impl Build for Promote<'_> {
         let mut due = Query::select();
         due.column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).pg_eq(b.col(Jobs::Queue, queue)))
+            .and_where(
+                Expr::col(Jobs::Queue).pg_eq(hidden(b.col(Jobs::Queue, queue), SqlType::Text)),
+            )
             .and_where(Expr::col(Jobs::Ready).not())
-            .and_where(Expr::col(Jobs::RunAt).pg_le(b.now(now)))
+            .and_where(Expr::col(Jobs::RunAt).pg_le(hidden(b.now(now), SqlType::BigInt)))
             .order_by(Jobs::RunAt, Order::Asc);
-        b.limit(&mut due, limit);
-        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        let limit = b.hidden_limit(limit);
         Query::update()
             .table(table::<Jobs>(schema))
             .value(Jobs::Ready, Expr::Constant(true.into()))
-            .and_where(any_of(Jobs::Id, due))
+            .and_where(any_of_picked(Jobs::Id, due, limit))
             .take()
     }
 }
@@ -99,6 +104,10 @@ statement! {
     /// version, and that step waits for whoever holds it (README, "skipping,
     /// and PostgreSQL's one wait"). Keep the engine's transactions short.
     ///
+    /// The queue, `now` in `run_at <= now` and the limit are hidden from the
+    /// planner, so a prepared session plans it once (module docs, "Planned
+    /// once").
+    ///
     /// ```
     /// use schema_gen::statements::jobs;
     /// use schema_model::SchemaName;
@@ -107,15 +116,18 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = $1, "claimed_at" = $2, "claim_expires_at" = "#,
-    ///         r#"$2 OPERATOR(pg_catalog.+) "visibility_timeout_s", "attempts" = "attempts" "#,
-    ///         r#"OPERATOR(pg_catalog.+) 1 WHERE "id" OPERATOR(pg_catalog.=) ANY(ARRAY (SELECT "id" FROM "#,
-    ///         r#""alkstore"."jobs" WHERE ("queue" OPERATOR(pg_catalog.=) $3) AND "claimed_at" IS NULL "#,
-    ///         r#"AND "ready" AND ("run_at" OPERATOR(pg_catalog.<=) $2) ORDER BY "priority" DESC, "#,
-    ///         r#""run_at" ASC, "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED)) RETURNING "id", "queue", "#,
-    ///         r#""payload", "priority", "run_at", "expires_at", "enqueued_at", "visibility_timeout_s", "#,
-    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "#,
-    ///         r#""claimed_at", "claim_expires_at", "last_error""#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = $1, "claimed_at" = $2, "#,
+    ///         r#""claim_expires_at" = $2 OPERATOR(pg_catalog.+) "visibility_timeout_s", "#,
+    ///         r#""attempts" = "attempts" OPERATOR(pg_catalog.+) 1 WHERE "id" "#,
+    ///         r#"OPERATOR(pg_catalog.=) ANY(ARRAY((SELECT "id" FROM "alkstore"."jobs" WHERE "#,
+    ///         r#"("queue" OPERATOR(pg_catalog.=) (SELECT CAST($3 AS pg_catalog.text))) AND "#,
+    ///         r#""claimed_at" IS NULL AND "ready" AND ("run_at" OPERATOR(pg_catalog.<=) (SELECT "#,
+    ///         r#"CAST($2 AS pg_catalog.int8))) ORDER BY "priority" DESC, "run_at" ASC, "id" ASC) "#,
+    ///         r#"LIMIT (SELECT CAST($4 AS pg_catalog.int8)) FOR UPDATE SKIP LOCKED)) RETURNING "#,
+    ///         r#""id", "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at", "#,
+    ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "#,
+    ///         r#""dead_letter_retention_s", "attempts", "worker_id", "claimed_at", "#,
+    ///         r#""claim_expires_at", "last_error""#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["worker_id", "now", "queue", "limit"]);
@@ -149,15 +161,16 @@ impl Build for Claim<'_> {
         let mut next = Query::select();
         next.column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).pg_eq(b.col(Jobs::Queue, queue)))
+            .and_where(
+                Expr::col(Jobs::Queue).pg_eq(hidden(b.col(Jobs::Queue, queue), SqlType::Text)),
+            )
             .and_where(Expr::col(Jobs::ClaimedAt).is_null())
             .and_where(Expr::col(Jobs::Ready))
-            .and_where(Expr::col(Jobs::RunAt).pg_le(b.now(now)))
+            .and_where(Expr::col(Jobs::RunAt).pg_le(hidden(b.now(now), SqlType::BigInt)))
             .order_by(Jobs::Priority, Order::Desc)
             .order_by(Jobs::RunAt, Order::Asc)
             .order_by(Jobs::Id, Order::Asc);
-        b.limit(&mut next, limit);
-        next.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        let limit = b.hidden_limit(limit);
         Query::update()
             .table(table::<Jobs>(schema))
             .value(Jobs::WorkerId, worker)
@@ -167,7 +180,7 @@ impl Build for Claim<'_> {
                 Jobs::Attempts,
                 Expr::col(Jobs::Attempts).pg_add(Expr::Constant(1_i32.into())),
             )
-            .and_where(any_of(Jobs::Id, next))
+            .and_where(any_of_picked(Jobs::Id, next, limit))
             .returning(returning_job())
             .take()
     }
