@@ -12,261 +12,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use harness::history::{create_version, dump_rows, restricted};
+use harness::upgrade::{
+    RUN_LIMIT, Recorder, bounded, fill, now, psql_within, ready_is_derived_from_run_at,
+    run_contract, run_upgrade, status, within,
+};
 use harness::{exec, rows};
 use schema_gen::upgrade::{
     self, Action, Phase, Progress, Step, TableLock, UpgradeOptions, VersionState,
 };
-use schema_gen::{ErrorKind, Options, Outcome, bootstrap};
+use schema_gen::{ErrorKind, Outcome, bootstrap};
 use schema_model::SchemaName;
 use schema_model::history::{self, MODEL_VERSION};
 use tokio_postgres::Client;
-
-/// The unix second the test runs at: the upgrade's backfill reads the
-/// clock, so due and future jobs are due and future by it.
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
-/// Fills `schema` (at `version`) with rows in every state: due, scheduled,
-/// claimed, retrying and expiring jobs (plus a bulk of due ones, so a
-/// backfill walks several windows), a dead job, stream events, a consumer
-/// offset, an enabled and a disabled schedule, a lock and a dedup entry.
-/// Rows go in whole through `jsonb_populate_record`, so one fixture fits
-/// every version (`ready` is given where the version has it).
-async fn fill(client: &Client, schema: &SchemaName, version: u32) {
-    let has_ready = history::version(version)
-        .and_then(|v| v.description().ok())
-        .is_some_and(|tables| {
-            tables
-                .iter()
-                .any(|t| t.name == "jobs" && t.columns.iter().any(|c| c.name == "ready"))
-        });
-    let s = schema.as_str();
-    let now = now();
-    let job = |queue: &str, run_at: i64, ready: bool, extra: &str| {
-        let ready = if has_ready {
-            format!(r#", "ready": {ready}"#)
-        } else {
-            String::new()
-        };
-        format!(
-            r#"{{"queue": "{queue}", "payload": "\\x00ff", "priority": 1, "run_at": {run_at},
-                "enqueued_at": {}, "visibility_timeout_s": 30, "max_attempts": 3,
-                "backoff_base_s": 1, "dead_letter_retention_s": 600, "attempts": 0{ready}{extra}}}"#,
-            now - 1000
-        )
-    };
-    let claimed = format!(
-        r#", "attempts": 1, "worker_id": "w1", "claimed_at": {}, "claim_expires_at": {}"#,
-        now - 5,
-        now + 25
-    );
-    let expiring = format!(r#", "expires_at": {}"#, now + 100);
-    let jobs = [
-        job("mail", now - 60, true, ""),
-        job("mail", now + 3600, false, ""),
-        job("mail", now - 100, true, &claimed),
-        job(
-            "mail",
-            now + 30,
-            false,
-            r#", "attempts": 1, "last_error": "boom""#,
-        ),
-        job("mail", now - 10, true, &expiring),
-    ];
-    let mut columns = vec![
-        "queue",
-        "payload",
-        "priority",
-        "run_at",
-        "expires_at",
-        "enqueued_at",
-        "visibility_timeout_s",
-        "max_attempts",
-        "backoff_base_s",
-        "dead_letter_retention_s",
-        "attempts",
-        "worker_id",
-        "claimed_at",
-        "claim_expires_at",
-        "last_error",
-    ];
-    if has_ready {
-        columns.push("ready");
-    }
-    let insert = |table: &str, columns: &[&str], json: &str| {
-        let list = columns
-            .iter()
-            .map(|c| format!("\"{c}\""))
-            .collect::<Vec<_>>()
-            .join(", ");
-        format!(
-            "INSERT INTO \"{s}\".\"{table}\" ({list}) SELECT {list} FROM \
-             jsonb_populate_record(NULL::\"{s}\".\"{table}\", '{}'::jsonb);",
-            json.replace('\'', "''")
-        )
-    };
-    let mut sql = String::new();
-    for job in &jobs {
-        sql.push_str(&insert("jobs", &columns, job));
-    }
-    let ready = if has_ready { ", true" } else { "" };
-    let ready_column = if has_ready { ", \"ready\"" } else { "" };
-    sql.push_str(&format!(
-        "INSERT INTO \"{s}\".\"jobs\" (\"queue\", \"payload\", \"priority\", \"run_at\",
-             \"enqueued_at\", \"visibility_timeout_s\", \"max_attempts\", \"backoff_base_s\",
-             \"dead_letter_retention_s\", \"attempts\"{ready_column})
-         SELECT 'bulk', int4send(g), g % 7, {} - g, {}, 30, 3, 1, 600, 0{ready}
-         FROM generate_series(1, 2500) g;",
-        now,
-        now - 5000
-    ));
-    sql.push_str(&insert(
-        "dead_jobs",
-        &[
-            "id",
-            "queue",
-            "payload",
-            "priority",
-            "run_at",
-            "enqueued_at",
-            "visibility_timeout_s",
-            "max_attempts",
-            "backoff_base_s",
-            "dead_letter_retention_s",
-            "attempts",
-            "worker_id",
-            "claimed_at",
-            "last_error",
-            "died_at",
-        ],
-        r#"{"id": 99999, "queue": "mail", "payload": "\\x01", "priority": 0, "run_at": 1,
-            "enqueued_at": 1, "visibility_timeout_s": 30, "max_attempts": 3,
-            "backoff_base_s": 1, "dead_letter_retention_s": 600, "attempts": 3,
-            "worker_id": "w9", "claimed_at": 5, "last_error": "gave up", "died_at": 1799999000}"#,
-    ));
-    for (stream, key) in [("orders", "a"), ("orders", "b"), ("audit", "c")] {
-        sql.push_str(&insert(
-            "stream_events",
-            &["stream", "key", "payload", "created_at"],
-            &format!(
-                r#"{{"stream": "{stream}", "key": "{key}", "payload": "\\x02", "created_at": 1}}"#
-            ),
-        ));
-    }
-    sql.push_str(&insert(
-        "stream_offsets",
-        &["stream", "consumer", "offset"],
-        r#"{"stream": "orders", "consumer": "billing", "offset": 1}"#,
-    ));
-    for (name, enabled) in [("hourly", true), ("paused", false)] {
-        sql.push_str(&insert(
-            "schedules",
-            &[
-                "name",
-                "spec",
-                "every_s",
-                "queue",
-                "payload",
-                "priority",
-                "max_attempts",
-                "visibility_timeout_s",
-                "backoff_base_s",
-                "dead_letter_retention_s",
-                "expires_s",
-                "next_fire_at",
-                "last_fired_at",
-                "enabled",
-            ],
-            &format!(
-                r#"{{"name": "{name}", "spec": "@every 1h", "every_s": 3600, "queue": "mail",
-                    "payload": "\\x03", "priority": 0, "max_attempts": 3,
-                    "visibility_timeout_s": 30, "backoff_base_s": 1,
-                    "dead_letter_retention_s": 600, "expires_s": null,
-                    "next_fire_at": 1800003600, "last_fired_at": null, "enabled": {enabled}}}"#
-            ),
-        ));
-    }
-    sql.push_str(&insert(
-        "locks",
-        &["name", "owner", "expires_at"],
-        r#"{"name": "leader", "owner": "w1", "expires_at": 1800000060}"#,
-    ));
-    sql.push_str(&insert(
-        "consumed_events",
-        &["consumer", "event_id", "consumed_at"],
-        r#"{"consumer": "billing", "event_id": "e-1", "consumed_at": 1}"#,
-    ));
-    exec(client, &sql).await;
-}
-
-/// Per step (by its words): the step and every lock mode it was seen with.
-type SeenLocks = BTreeMap<String, (Step, Vec<String>)>;
-
-/// Every progress event of a run, for assertions.
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Progress>>>);
-
-impl Recorder {
-    fn callback(&self) -> impl FnMut(&Progress) + Send + use<> {
-        let events = self.0.clone();
-        move |event: &Progress| {
-            if let Ok(mut events) = events.lock() {
-                events.push(event.clone());
-            }
-        }
-    }
-
-    fn events(&self) -> Vec<Progress> {
-        self.0.lock().map(|e| e.clone()).unwrap_or_default()
-    }
-}
-
-async fn run_upgrade(
-    schema: &SchemaName,
-    options: &UpgradeOptions,
-) -> Result<upgrade::UpgradeOutcome, schema_gen::Error> {
-    let mut client = harness::connect().await;
-    let mut quiet = |_: &Progress| {};
-    upgrade::upgrade(&mut client, schema, options, &mut quiet).await
-}
-
-async fn run_contract(schema: &SchemaName) -> Result<upgrade::UpgradeOutcome, schema_gen::Error> {
-    let mut client = harness::connect().await;
-    let mut quiet = |_: &Progress| {};
-    upgrade::contract(&mut client, schema, &UpgradeOptions::default(), &mut quiet).await
-}
-
-async fn status(client: &Client, schema: &SchemaName) -> upgrade::Status {
-    upgrade::status(client, schema, &Options::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// `ready` of each job as the upgrade must leave it: after the expand, every
-/// unclaimed job is ready exactly when due (the expand's backfill leaves
-/// claimed jobs alone, so that no batch holds a row a worker acks); after
-/// the contract, every claimed job is ready too.
-async fn ready_is_derived_from_run_at(client: &Client, schema: &SchemaName, contracted: bool) {
-    let now = now();
-    let rule = if contracted {
-        format!("ready <> (claimed_at IS NOT NULL OR run_at <= {now})")
-    } else {
-        format!("claimed_at IS NULL AND ready <> (run_at <= {now})")
-    };
-    let wrong = rows(
-        client,
-        &format!("SELECT id FROM \"{}\".jobs WHERE {rule}", schema.as_str()),
-    )
-    .await;
-    assert!(
-        wrong.is_empty(),
-        "{} jobs have ready out of step with run_at and the claim ({rule})",
-        wrong.len()
-    );
-}
 
 #[tokio::test]
 async fn every_shipped_version_reaches_the_model_keeping_every_row() {
@@ -315,7 +72,7 @@ async fn every_shipped_version_reaches_the_model_keeping_every_row() {
             &schema,
             &UpgradeOptions {
                 batch_size: 1000,
-                ..UpgradeOptions::default()
+                ..bounded()
             },
             &mut progress,
         )
@@ -382,7 +139,7 @@ async fn every_shipped_version_reaches_the_model_keeping_every_row() {
             "v{version}: a row changed"
         );
         // A rerun has nothing to do.
-        let again = run_upgrade(&schema, &UpgradeOptions::default())
+        let again = run_upgrade(&schema, &bounded())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
@@ -414,7 +171,7 @@ async fn the_model_is_the_newest_version_plus_its_upgrade_steps() {
     );
     let upgraded = harness::unique_schema_name("up_tie_a");
     create_version(&client, &upgraded, newest_shipped).await;
-    run_upgrade(&upgraded, &UpgradeOptions::default())
+    run_upgrade(&upgraded, &bounded())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     run_contract(&upgraded)
@@ -464,9 +221,7 @@ async fn drift_outside_any_known_version_is_refused_and_nothing_changes() {
     )
     .await;
     let before = harness::dump::dump_schema(&client, schema.as_str()).await;
-    let err = run_upgrade(&schema, &UpgradeOptions::default())
-        .await
-        .unwrap_err();
+    let err = run_upgrade(&schema, &bounded()).await.unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::Drift { .. }), "{err}");
     assert!(
         err.to_string().contains("extra column jobs.colour"),
@@ -496,9 +251,7 @@ async fn one_upgrade_at_a_time() {
         .await
         .unwrap()
         .get(1);
-    let err = run_upgrade(&schema, &UpgradeOptions::default())
-        .await
-        .unwrap_err();
+    let err = run_upgrade(&schema, &bounded()).await.unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::UpgradeLocked { .. }),
         "{err}"
@@ -516,7 +269,7 @@ async fn one_upgrade_at_a_time() {
         .query_one("SELECT pg_advisory_unlock($1)", &[&key])
         .await
         .unwrap();
-    run_upgrade(&schema, &UpgradeOptions::default())
+    run_upgrade(&schema, &bounded())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -570,9 +323,7 @@ async fn a_newer_version_is_served_until_its_contract_and_never_upgraded() {
         (found.state, found.serves_model),
         (VersionState::Newer, true)
     );
-    let err = run_upgrade(&schema, &UpgradeOptions::default())
-        .await
-        .unwrap_err();
+    let err = run_upgrade(&schema, &bounded()).await.unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::NewerVersion { .. }),
         "{err}"
@@ -601,9 +352,9 @@ async fn a_newer_version_is_served_until_its_contract_and_never_upgraded() {
 }
 
 /// A step that needs `ACCESS EXCLUSIVE` waits at most the lock bound per
-/// attempt behind a session holding the table, tries again, and gives up
-/// after its attempts naming that session; the rerun resumes where it
-/// stopped.
+/// attempt behind a session holding the table, pauses (so the statements
+/// queued behind its wait run), tries again, and gives up after its
+/// attempts naming that session; the rerun resumes where it stopped.
 #[tokio::test]
 async fn a_blocked_step_retries_then_gives_up_naming_the_holder() {
     if harness::skip_db_tests() {
@@ -624,31 +375,51 @@ async fn a_blocked_step_retries_then_gives_up_naming_the_holder() {
     )
     .await;
 
+    // A wait bound of its own as well: a step that waited for this reader
+    // instead of queueing behind it would fail in seconds, not minutes.
     let options = UpgradeOptions {
-        lock_timeout: Duration::from_millis(100),
+        lock_timeout: Duration::from_millis(50),
         lock_attempts: 3,
-        ..UpgradeOptions::default()
+        wait_timeout: Duration::from_secs(3),
+        ..bounded()
     };
     let mut upgrader = harness::connect().await;
     let recorder = Recorder::default();
     let mut progress = recorder.callback();
     let started = std::time::Instant::now();
-    let err = upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress)
-        .await
-        .unwrap_err();
+    let err = within(
+        Duration::from_secs(20),
+        "a blocked upgrade",
+        upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::LockTimeout { .. }), "{err}");
     assert!(err.to_string().contains(&format!("session {pid}")), "{err}");
+    assert!(err.to_string().contains("50ms"), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );
-    let retries = recorder
-        .events()
+    let retries: Vec<std::time::Instant> = recorder
+        .timed()
         .into_iter()
-        .filter(|e| matches!(e, Progress::LockRetry { .. }))
-        .count();
-    assert_eq!(retries, 2, "two retries before the third attempt gave up");
+        .filter(|(_, e)| matches!(e, Progress::LockRetry { .. }))
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(
+        retries.len(),
+        2,
+        "two retries before the third attempt gave up"
+    );
+    // Between the two: the pause after the first attempt (200 ms) and the
+    // second attempt's wait (50 ms). Without the pause, about 50 ms.
+    let gap = retries[1] - retries[0];
+    assert!(
+        gap >= Duration::from_millis(240),
+        "the step tried again {gap:?} after giving up: no pause between attempts"
+    );
     // The upgrade stopped before its first step: recorded as expanding.
     let found = status(&client, &schema).await;
     assert_eq!(found.state, VersionState::Upgrading, "{}", found.message);
@@ -696,7 +467,7 @@ async fn a_step_waits_without_queueing_while_another_session_holds_a_stronger_lo
     let options = UpgradeOptions {
         lock_timeout: Duration::from_millis(100),
         lock_attempts: 2,
-        ..UpgradeOptions::default()
+        ..bounded()
     };
     let mut upgrader = harness::connect().await;
     let upgrader_pid: i32 = upgrader
@@ -719,7 +490,7 @@ async fn a_step_waits_without_queueing_while_another_session_holds_a_stronger_lo
             _ => None,
         })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let (pid, mode) = loop {
         if let Some(found) = waited_for(&recorder.events()) {
             break found;
@@ -767,7 +538,7 @@ async fn a_step_waits_without_queueing_while_another_session_holds_a_stronger_lo
     );
 
     exec(&blocker, "COMMIT").await;
-    let outcome = upgrade_task
+    let outcome = within(RUN_LIMIT, "the upgrade once the holder ended", upgrade_task)
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("{e}"));
@@ -823,10 +594,16 @@ async fn the_wait_for_a_stronger_lock_gives_up_at_its_bound_naming_the_holder() 
     .await;
     let options = UpgradeOptions {
         wait_timeout: Duration::from_millis(300),
-        ..UpgradeOptions::default()
+        ..bounded()
     };
     let started = std::time::Instant::now();
-    let err = run_upgrade(&schema, &options).await.unwrap_err();
+    let err = within(
+        Duration::from_secs(20),
+        "an upgrade behind a stronger lock",
+        run_upgrade(&schema, &options),
+    )
+    .await
+    .unwrap_err();
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -872,19 +649,27 @@ async fn an_upgrade_killed_midway_completes_when_run_again() {
     };
     let options = UpgradeOptions {
         batch_size: 100,
-        ..UpgradeOptions::default()
+        ..bounded()
     };
+    // The run owns the callback: when it ends, the channel closes, and the
+    // killer stops waiting for a batch that will not come.
+    let run_schema = schema.clone();
+    let run =
+        async move { upgrade::upgrade(&mut upgrader, &run_schema, &options, &mut progress).await };
     let kill = async {
-        first_batch.recv().await;
-        killer
-            .execute("SELECT pg_terminate_backend($1)", &[&pid])
-            .await
-            .unwrap();
+        if first_batch.recv().await.is_some() {
+            killer
+                .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .unwrap();
+        }
     };
-    let (result, ()) = tokio::join!(
-        upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
-        kill
-    );
+    let (result, ()) = within(
+        Duration::from_secs(60),
+        "an upgrade killed after its first batch",
+        async { tokio::join!(run, kill) },
+    )
+    .await;
     let err = result.unwrap_err();
     assert!(
         matches!(
@@ -913,6 +698,10 @@ async fn an_upgrade_killed_midway_completes_when_run_again() {
         .unwrap()
         .get(0);
     let mut quiet = |_: &Progress| {};
+    // The build waits for the writer until killed; a build that does not
+    // wait where it should, or waits elsewhere (a regression that takes
+    // SHARE on jobs, say), gives up at the 10 s wait bound and fails here,
+    // instead of waiting out the product's 10 minutes.
     let kill = async {
         for _ in 0..400 {
             let waiting = killer
@@ -936,11 +725,18 @@ async fn an_upgrade_killed_midway_completes_when_run_again() {
         }
         false
     };
-    let defaults = UpgradeOptions::default();
-    let (result, killed) = tokio::join!(
-        upgrade::upgrade(&mut upgrader, &schema, &defaults, &mut quiet),
-        kill
-    );
+    let defaults = bounded();
+    let (result, killed) = within(
+        Duration::from_secs(60),
+        "an upgrade killed in an index build",
+        async {
+            tokio::join!(
+                upgrade::upgrade(&mut upgrader, &schema, &defaults, &mut quiet),
+                kill
+            )
+        },
+    )
+    .await;
     assert!(killed, "the index build never waited: {result:?}");
     assert!(result.is_err());
     let invalid = rows(
@@ -956,7 +752,7 @@ async fn an_upgrade_killed_midway_completes_when_run_again() {
     assert_eq!(invalid.len(), 1, "the kill leaves one invalid index");
     exec(&writer, "ROLLBACK").await;
 
-    let outcome = run_upgrade(&schema, &UpgradeOptions::default())
+    let outcome = run_upgrade(&schema, &bounded())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(outcome.after.expanded, MODEL_VERSION);
@@ -986,7 +782,7 @@ async fn the_dry_run_is_a_plan_psql_runs() {
     create_version(&client, &schema, 1).await;
     fill(&client, &schema, 1).await;
     let before = harness::dump::dump_schema(&client, schema.as_str()).await;
-    let plan = upgrade::dry_run(&client, &schema, &UpgradeOptions::default(), false)
+    let plan = upgrade::dry_run(&client, &schema, &bounded(), false)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     // Reading it changed nothing.
@@ -1003,7 +799,7 @@ async fn the_dry_run_is_a_plan_psql_runs() {
         plan.script
             .contains("CREATE INDEX CONCURRENTLY IF NOT EXISTS")
     );
-    let ran = harness::psql_script(&harness::database_url(), &plan.script);
+    let ran = psql_within(&harness::database_url(), &plan.script, RUN_LIMIT);
     assert!(
         ran.status.success(),
         "{}",
@@ -1019,10 +815,10 @@ async fn the_dry_run_is_a_plan_psql_runs() {
     assert!(found.passes(), "{:?}", found.differences);
     ready_is_derived_from_run_at(&client, &schema, false).await;
 
-    let plan = upgrade::dry_run(&client, &schema, &UpgradeOptions::default(), true)
+    let plan = upgrade::dry_run(&client, &schema, &bounded(), true)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let ran = harness::psql_script(&harness::database_url(), &plan.script);
+    let ran = psql_within(&harness::database_url(), &plan.script, RUN_LIMIT);
     assert!(
         ran.status.success(),
         "{}",
@@ -1032,18 +828,379 @@ async fn the_dry_run_is_a_plan_psql_runs() {
     assert_eq!(found.state, VersionState::Current, "{}", found.message);
     assert!(found.passes(), "{:?}", found.differences);
     // Nothing left to plan.
-    let plan = upgrade::dry_run(&client, &schema, &UpgradeOptions::default(), false)
+    let plan = upgrade::dry_run(&client, &schema, &bounded(), false)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(plan.steps.is_empty(), "{:?}", plan.steps);
 }
 
-/// The strongest lock each step holds or asks for on an engine relation,
-/// read from `pg_locks` while it runs, is at most the one it declares. A
-/// session holding `ACCESS SHARE` on every table, let go for a moment now
-/// and then, makes each brief `ACCESS EXCLUSIVE` step wait visibly (and
-/// retry) so the reading catches it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// PostgreSQL's table lock modes, weakest first: a mode conflicts with a
+/// held one by this table of PostgreSQL's, and a step that declares a level
+/// may take any mode up to it.
+const MODES: [&str; 8] = [
+    "AccessShareLock",
+    "RowShareLock",
+    "RowExclusiveLock",
+    "ShareUpdateExclusiveLock",
+    "ShareLock",
+    "ShareRowExclusiveLock",
+    "ExclusiveLock",
+    "AccessExclusiveLock",
+];
+
+/// A mode's strength (1 for `ACCESS SHARE` to 8 for `ACCESS EXCLUSIVE`).
+fn strength(mode: &str) -> usize {
+    MODES
+        .iter()
+        .position(|m| *m == mode)
+        .map_or(usize::MAX, |i| i + 1)
+}
+
+/// The strongest mode a declared level allows.
+fn allowed(level: TableLock) -> usize {
+    match level {
+        TableLock::None => strength("AccessShareLock"),
+        TableLock::RowExclusive => strength("RowExclusiveLock"),
+        TableLock::ShareUpdateExclusive => strength("ShareUpdateExclusiveLock"),
+        TableLock::AccessExclusive => strength("AccessExclusiveLock"),
+    }
+}
+
+/// What the watcher holds on the step's table while the step runs: the
+/// weakest mode that conflicts with every mode stronger than the step
+/// declares, and with none it declares. A stronger request then waits
+/// behind the watcher, which sees it waiting before it lets it through:
+/// a stronger lock than declared is seen however brief the step.
+fn held_against(level: TableLock) -> &'static str {
+    match level {
+        // ROW EXCLUSIVE conflicts with SHARE and up, not with SHARE UPDATE
+        // EXCLUSIVE and below.
+        TableLock::ShareUpdateExclusive => "ROW EXCLUSIVE",
+        // ACCESS SHARE conflicts with ACCESS EXCLUSIVE only: the step waits,
+        // visibly, and is let through.
+        TableLock::AccessExclusive => "ACCESS SHARE",
+        // SHARE UPDATE EXCLUSIVE conflicts with itself and up.
+        TableLock::None | TableLock::RowExclusive => "SHARE UPDATE EXCLUSIVE",
+    }
+}
+
+/// Whose a relation the upgrader locked is, for one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whose {
+    /// The step's table: held to the step's level.
+    Table,
+    /// An index of the step's table: held to the step's level.
+    TableIndex,
+    /// The index the step builds or drops, while no engine statement can
+    /// reach it (not yet committed, or already dead): any mode blocks no one.
+    OwnUnreachable,
+    /// A relation not yet committed (the step is creating it).
+    Unborn,
+    /// Another engine table or its index: at most `ACCESS SHARE`.
+    Other,
+}
+
+/// One lock of the upgrader's seen while a step ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SeenLock {
+    relation: String,
+    mode: String,
+    granted: bool,
+    whose: Whose,
+}
+
+/// What the watcher saw of one step.
+#[derive(Debug, Clone)]
+struct StepWatch {
+    step: Step,
+    locks: Vec<SeenLock>,
+    /// The upgrader was seen waiting behind the watcher's hold, for these
+    /// modes on these relations (then let through).
+    waited_for: Vec<SeenLock>,
+}
+
+enum ToWatcher {
+    /// A step is about to run: hold its table, then say so.
+    Step(Box<Step>, std::sync::mpsc::Sender<()>),
+    /// The upgrade is over.
+    Finish,
+}
+
+#[derive(Debug, Clone)]
+struct Relation {
+    name: String,
+    table: Option<String>,
+    live: bool,
+}
+
+/// The schema's relations by oid: name, the table of an index, and whether
+/// an index is live (engine statements open it).
+async fn relations(watcher: &Client, schema: &str) -> BTreeMap<u32, Relation> {
+    watcher
+        .query(
+            "SELECT c.oid, c.relname::text, t.relname::text, COALESCE(x.indislive, true)
+             FROM pg_class c
+             LEFT JOIN pg_index x ON x.indexrelid = c.oid
+             LEFT JOIN pg_class t ON t.oid = x.indrelid
+             WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)",
+            &[&schema],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", harness::describe_error(&e)))
+        .iter()
+        .map(|r| {
+            (
+                r.get::<_, u32>(0),
+                Relation {
+                    name: r.get(1),
+                    table: r.get(2),
+                    live: r.get(3),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Takes the hold for `step`: its table in [`held_against`] its level, every
+/// other engine table in `SHARE UPDATE EXCLUSIVE` (a step takes nothing
+/// stronger than `ACCESS SHARE` there). `NOWAIT`, so the hold never queues
+/// ahead of the step; `false` when a lock is not free right now.
+async fn hold(blocker: &Client, schema: &str, step: &Step) -> bool {
+    let tables: Vec<String> = blocker
+        .query(
+            "SELECT relname::text FROM pg_class
+             WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
+               AND relkind = 'r' AND relname <> 'schema_versions'",
+            &[&schema],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", harness::describe_error(&e)))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let quoted = |t: &str| format!("\"{schema}\".\"{t}\"");
+    let mut sql = String::from("BEGIN;");
+    let others: Vec<String> = tables
+        .iter()
+        .filter(|t| **t != step.table)
+        .map(|t| quoted(t))
+        .collect();
+    if !others.is_empty() {
+        sql.push_str(&format!(
+            " LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE NOWAIT;",
+            others.join(", ")
+        ));
+    }
+    if tables.contains(&step.table) {
+        sql.push_str(&format!(
+            " LOCK TABLE {} IN {} MODE NOWAIT;",
+            quoted(&step.table),
+            held_against(step.lock())
+        ));
+    }
+    if blocker.batch_execute(&sql).await.is_ok() {
+        return true;
+    }
+    let _ = blocker.batch_execute("ROLLBACK").await;
+    false
+}
+
+/// The watcher: on its own thread and runtime, beside the upgrade. Before
+/// each step runs it takes the step's hold (the step waits for the
+/// handshake); while the step runs it reads `pg_locks` for the upgrader,
+/// and lets the upgrader through whenever it waits behind the hold, taking
+/// the hold again as soon as it is free.
+fn watch(
+    schema: SchemaName,
+    upgrader: i32,
+    commands: std::sync::mpsc::Receiver<ToWatcher>,
+) -> Vec<StepWatch> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("the watcher's runtime: {e}"));
+    runtime.block_on(async move {
+        let schema = schema.as_str();
+        let watcher = harness::connect().await;
+        let blocker = harness::connect().await;
+        exec(&blocker, "SET lock_timeout = '30s'").await;
+        let blocker_pid = harness::upgrade::backend_pid(&blocker).await;
+        let mut watches: Vec<StepWatch> = Vec::new();
+        let mut holding = false;
+        loop {
+            match commands.try_recv() {
+                Ok(ToWatcher::Step(step, ack)) => {
+                    if holding {
+                        exec(&blocker, "COMMIT").await;
+                    }
+                    // The upgrader holds nothing between two steps: the
+                    // hold is free but for an autovacuum, which yields.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                    while !hold(&blocker, schema, &step).await {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "the watcher could not take its hold before {}",
+                            step.describe()
+                        );
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    holding = true;
+                    watches.push(StepWatch {
+                        step: *step,
+                        locks: Vec::new(),
+                        waited_for: Vec::new(),
+                    });
+                    let _ = ack.send(());
+                }
+                Ok(ToWatcher::Finish) | Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            }
+            let Some(current) = watches.last_mut() else {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                continue;
+            };
+            if !holding {
+                holding = hold(&blocker, schema, &current.step).await;
+            }
+            // Before, the locks, after: an index the step builds is not
+            // committed before a lock on it is seen; one it drops is dead
+            // after.
+            // Whether it waits behind the hold first, its locks next: a
+            // request that waits behind the hold stays in pg_locks until the
+            // hold goes, so the locks read next show it.
+            let behind_us: bool = watcher
+                .query_one(
+                    "SELECT $2 = ANY(pg_blocking_pids($1))",
+                    &[&upgrader, &blocker_pid],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{}", harness::describe_error(&e)))
+                .get(0);
+            let before = relations(&watcher, schema).await;
+            let locks = watcher
+                .query(
+                    "SELECT l.relation, l.mode, l.granted FROM pg_locks l
+                     WHERE l.pid = $1 AND l.locktype = 'relation'
+                       AND l.database = (SELECT oid FROM pg_database
+                                         WHERE datname = current_database())",
+                    &[&upgrader],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{}", harness::describe_error(&e)));
+            let after = relations(&watcher, schema).await;
+            let own_index = match &current.step.action {
+                Action::CreateIndex { index, .. } | Action::DropIndex { index } => Some(index),
+                _ => None,
+            };
+            let mut unknown = Vec::new();
+            for row in &locks {
+                let (oid, mode, granted): (u32, String, bool) =
+                    (row.get(0), row.get(1), row.get(2));
+                let Some(relation) = before.get(&oid).or_else(|| after.get(&oid)) else {
+                    unknown.push((oid, mode, granted));
+                    continue;
+                };
+                let table = relation.table.as_deref().unwrap_or(&relation.name);
+                if table == "schema_versions" {
+                    continue;
+                }
+                let whose = if relation.name == current.step.table {
+                    Whose::Table
+                } else if table == current.step.table {
+                    let live =
+                        |rels: &BTreeMap<u32, Relation>| rels.get(&oid).is_some_and(|r| r.live);
+                    if own_index == Some(&relation.name) && !(live(&before) && live(&after)) {
+                        Whose::OwnUnreachable
+                    } else {
+                        Whose::TableIndex
+                    }
+                } else {
+                    Whose::Other
+                };
+                let seen = SeenLock {
+                    relation: relation.name.clone(),
+                    mode,
+                    granted,
+                    whose,
+                };
+                if behind_us && !seen.granted && !current.waited_for.contains(&seen) {
+                    current.waited_for.push(seen.clone());
+                }
+                if !current.locks.contains(&seen) {
+                    current.locks.push(seen);
+                }
+            }
+            // A relation in no schema's catalog yet is one the step creates;
+            // one in another schema (pg_catalog, pg_toast) is not watched.
+            if !unknown.is_empty() {
+                let oids: Vec<u32> = unknown.iter().map(|(o, _, _)| *o).collect();
+                let visible: Vec<u32> = watcher
+                    .query("SELECT oid FROM pg_class WHERE oid = ANY($1)", &[&oids])
+                    .await
+                    .unwrap_or_else(|e| panic!("{}", harness::describe_error(&e)))
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                for (oid, mode, granted) in unknown {
+                    if visible.contains(&oid) {
+                        continue;
+                    }
+                    let seen = SeenLock {
+                        relation: format!("uncommitted relation {oid}"),
+                        mode,
+                        granted,
+                        whose: Whose::Unborn,
+                    };
+                    if !current.locks.contains(&seen) {
+                        current.locks.push(seen);
+                    }
+                }
+            }
+            if behind_us && holding {
+                // Seen waiting behind the hold: let it through.
+                if !locks.iter().any(|row| !row.get::<_, bool>(2)) {
+                    // Waiting for the hold's transaction itself (an index
+                    // build or drop waits for the older lockers of its table).
+                    current.waited_for.push(SeenLock {
+                        relation: "the watcher's transaction".into(),
+                        mode: String::new(),
+                        granted: false,
+                        whose: Whose::Table,
+                    });
+                }
+                exec(&blocker, "COMMIT").await;
+                holding = false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if holding {
+            let _ = blocker.batch_execute("ROLLBACK").await;
+        }
+        watches
+    })
+}
+
+/// The strongest lock each step holds or asks for, read from `pg_locks`
+/// while it runs, is at most the one it declares: on its own table and that
+/// table's indexes, the declared level; on the index it builds or drops,
+/// anything while no engine statement can reach it (before the build
+/// commits, after the drop has made it dead: `DROP INDEX CONCURRENTLY`
+/// ends with a brief `ACCESS EXCLUSIVE` on the dead index); on every other
+/// engine table, nothing beyond `ACCESS SHARE`.
+///
+/// The watcher runs beside the upgrade on a thread of its own. Before each
+/// step runs (the progress callback waits for the handshake) it holds the
+/// step's table in the weakest mode that conflicts with every mode stronger
+/// than the declared one, and every other table in `SHARE UPDATE
+/// EXCLUSIVE`: a stronger request waits behind the hold, so it is seen
+/// however brief the step, before the watcher lets it through. An `ACCESS
+/// EXCLUSIVE` step waits behind the hold (`ACCESS SHARE`) every time: each
+/// is seen waiting.
+///
+/// Mutations this test catches (run by hand, then reverted): `CREATE INDEX`
+/// without `CONCURRENTLY` (`ShareLock` on `jobs`, seen waiting), `DROP
+/// INDEX` without `CONCURRENTLY` (`AccessExclusiveLock` on `jobs`).
+#[tokio::test]
 async fn each_step_takes_at_most_the_lock_it_declares() {
     if harness::skip_db_tests() {
         return;
@@ -1054,154 +1211,107 @@ async fn each_step_takes_at_most_the_lock_it_declares() {
     fill(&client, &schema, 1).await;
 
     let mut upgrader = harness::connect().await;
-    let pid: i32 = upgrader
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let current: Arc<Mutex<Option<Step>>> = Arc::default();
-    let seen: Arc<Mutex<SeenLocks>> = Arc::default();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-
-    // Before each step runs, the watcher takes hold of the tables again and
-    // says so: then a step that needs ACCESS EXCLUSIVE always waits, and is
-    // seen waiting, however brief it is.
-    let (started, starts) = std::sync::mpsc::channel::<()>();
-    let (held, holds) = std::sync::mpsc::channel::<()>();
-    let step_slot = current.clone();
-    let mut progress = move |event: &Progress| {
-        if let Progress::StepStarted { step, .. } = event {
-            if let Ok(mut slot) = step_slot.lock() {
-                *slot = Some(step.clone());
-            }
-            let _ = started.send(());
-            // A blocking wait on a worker thread of its own (multi_thread).
-            let _ = holds.recv_timeout(Duration::from_secs(10));
-        }
-    };
-    let watch = {
-        let current = current.clone();
-        let seen = seen.clone();
-        let done = done.clone();
+    let pid = harness::upgrade::backend_pid(&upgrader).await;
+    let (to_watcher, commands) = std::sync::mpsc::channel::<ToWatcher>();
+    let watcher = {
         let schema = schema.clone();
-        async move {
-            let watcher = harness::connect().await;
-            let blocker = harness::connect().await;
-            let tables: Vec<String> = history::version(MODEL_VERSION)
-                .and_then(|v| v.description().ok())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| format!("\"{}\".\"{}\"", schema.as_str(), t.name))
-                .filter(|t| !t.ends_with("\"schema_versions\""))
-                .collect();
-            let lock_all = format!(
-                "BEGIN; SET LOCAL lock_timeout = '5s'; LOCK TABLE {} IN ACCESS SHARE MODE",
-                tables.join(", ")
-            );
-            exec(&blocker, &lock_all).await;
-            let mut holding = true;
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                if starts.try_recv().is_ok() {
-                    if !holding {
-                        exec(&blocker, &lock_all).await;
-                        holding = true;
-                    }
-                    let _ = held.send(());
-                }
-                // One reading of pg_locks: the relation locks on engine
-                // relations, and whether the session waits for anything
-                // (ACCESS EXCLUSIVE on a table, or, for DROP INDEX
-                // CONCURRENTLY, the end of every transaction that touched it).
-                let locks: Vec<(Option<String>, bool)> = watcher
-                    .query(
-                        "SELECT CASE WHEN l.locktype = 'relation' AND n.nspname = $2
-                                      AND c.relname <> 'schema_versions' THEN l.mode END,
-                                l.granted
-                         FROM pg_locks l
-                         LEFT JOIN pg_class c ON c.oid = l.relation
-                         LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
-                         WHERE l.pid = $1",
-                        &[&pid, &schema.as_str()],
-                    )
-                    .await
-                    .map(|rows| rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-                    .unwrap_or_default();
-                let modes: Vec<(String, bool)> = locks
-                    .iter()
-                    .filter_map(|(mode, granted)| mode.clone().map(|m| (m, *granted)))
-                    .collect();
-                let waiting = locks.iter().any(|(_, granted)| !granted);
-                let step = current.lock().ok().and_then(|s| s.clone());
-                if let Some(step) = &step
-                    && let Ok(mut seen) = seen.lock()
-                {
-                    let entry = seen
-                        .entry(step.describe())
-                        .or_insert_with(|| (step.clone(), Vec::new()));
-                    for (mode, _) in &modes {
-                        if !entry.1.contains(mode) {
-                            entry.1.push(mode.clone());
-                        }
-                    }
-                }
-                if holding && waiting {
-                    // Seen: let this step through.
-                    exec(&blocker, "COMMIT").await;
-                    holding = false;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
+        std::thread::spawn(move || watch(schema, pid, commands))
+    };
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut progress = {
+        let to_watcher = to_watcher.clone();
+        let started = started.clone();
+        move |event: &Progress| {
+            if let Progress::StepStarted { step, .. } = event {
+                started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (ack, acked) = std::sync::mpsc::channel();
+                to_watcher
+                    .send(ToWatcher::Step(Box::new(step.clone()), ack))
+                    .unwrap_or_else(|e| panic!("the watcher is gone: {e}"));
+                // Blocks this thread only: the watcher has its own, and the
+                // upgrader is idle between two steps.
+                acked
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "the watcher did not hold {} before it ran: {e}",
+                            step.describe()
+                        )
+                    });
             }
-            let _ = blocker.batch_execute("ROLLBACK").await;
         }
     };
+    // An ACCESS EXCLUSIVE attempt waits up to 2 s behind the hold: the
+    // watcher sees it and lets it through long before.
     let options = UpgradeOptions {
-        lock_timeout: Duration::from_millis(30),
-        lock_attempts: 200,
+        lock_timeout: Duration::from_secs(2),
+        lock_attempts: 20,
         batch_size: 200,
-        ..UpgradeOptions::default()
+        wait_timeout: Duration::from_secs(30),
+        ..bounded()
     };
-    let work = async {
-        let expanded = upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress).await;
-        let contracted = upgrade::contract(&mut upgrader, &schema, &options, &mut progress).await;
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
-        (expanded, contracted)
-    };
-    let ((expanded, contracted), ()) = tokio::join!(work, watch);
+    let expanded = within(
+        RUN_LIMIT,
+        "the watched upgrade",
+        upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
+    )
+    .await;
+    let contracted = within(
+        RUN_LIMIT,
+        "the watched contract",
+        upgrade::contract(&mut upgrader, &schema, &options, &mut progress),
+    )
+    .await;
+    let _ = to_watcher.send(ToWatcher::Finish);
+    let watches = watcher
+        .join()
+        .unwrap_or_else(|_| panic!("the watcher panicked"));
     expanded.unwrap_or_else(|e| panic!("{e}"));
     contracted.unwrap_or_else(|e| panic!("{e}"));
 
-    let rank = |mode: &str| match mode {
-        "AccessShareLock" => Some(TableLock::None),
-        "RowShareLock" | "RowExclusiveLock" => Some(TableLock::RowExclusive),
-        "ShareUpdateExclusiveLock" => Some(TableLock::ShareUpdateExclusive),
-        "AccessExclusiveLock" => Some(TableLock::AccessExclusive),
-        _ => None,
-    };
-    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
-    let mut exclusive_seen = 0;
-    for (what, (step, modes)) in &seen {
-        for mode in modes {
-            let level =
-                rank(mode).unwrap_or_else(|| panic!("{what}: took {mode}, which no step declares"));
-            assert!(
-                level <= step.lock(),
-                "{what}: took {mode}, declares {:?}",
-                step.lock()
-            );
-            if level == TableLock::AccessExclusive {
-                exclusive_seen += 1;
+    assert_eq!(
+        watches.len(),
+        started.load(std::sync::atomic::Ordering::SeqCst),
+        "every step that ran was held and watched"
+    );
+    let mut wrong = Vec::new();
+    for watch in &watches {
+        let declared = watch.step.lock();
+        for seen in &watch.locks {
+            let limit = match seen.whose {
+                Whose::Table | Whose::TableIndex => allowed(declared),
+                Whose::Other => allowed(TableLock::None),
+                Whose::OwnUnreachable | Whose::Unborn => strength("AccessExclusiveLock"),
+            };
+            if strength(&seen.mode) > limit {
+                wrong.push(format!(
+                    "{}: took {} on {} ({:?}{}), declares {declared:?}",
+                    watch.step.describe(),
+                    seen.mode,
+                    seen.relation,
+                    seen.whose,
+                    if seen.granted { "" } else { ", waiting" }
+                ));
             }
         }
     }
-    let declared_exclusive = seen
-        .values()
-        .filter(|(s, _)| s.lock() == TableLock::AccessExclusive)
-        .count();
-    assert!(declared_exclusive >= 3, "{seen:?}");
-    assert_eq!(
-        exclusive_seen, declared_exclusive,
-        "each ACCESS EXCLUSIVE step was seen waiting: {seen:?}"
-    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let exclusive: Vec<&StepWatch> = watches
+        .iter()
+        .filter(|w| w.step.lock() == TableLock::AccessExclusive)
+        .collect();
+    assert!(exclusive.len() >= 3, "{watches:?}");
+    for watch in exclusive {
+        assert!(
+            watch
+                .waited_for
+                .iter()
+                .any(|s| s.whose == Whose::Table && s.mode == "AccessExclusiveLock"),
+            "{} declares ACCESS EXCLUSIVE and was not seen waiting for it behind the hold: {:?}",
+            watch.step.describe(),
+            watch.waited_for
+        );
+    }
     assert_eq!(status(&client, &schema).await.state, VersionState::Current);
 }
 
@@ -1517,7 +1627,7 @@ async fn the_previous_releases_engines_and_this_ones_share_the_expanded_schema()
             &schema,
             &UpgradeOptions {
                 batch_size: 50,
-                ..UpgradeOptions::default()
+                ..bounded()
             },
         )
         .await
