@@ -993,7 +993,7 @@ impl Runner<'_> {
     ) -> Result<(), Error> {
         for (index, step) in steps.iter().enumerate() {
             let live = catalog::read(client, self.schema, &self.options.catalog_options()).await?;
-            if done(step, &live) {
+            if done_in(steps, index, &live) {
                 counts.skipped += 1;
                 progress(&Progress::StepSkipped { step: step.clone() });
                 continue;
@@ -1144,7 +1144,10 @@ impl Runner<'_> {
             return Ok(0);
         };
         let mut changed = 0;
-        let prepared = client.prepare(&batch.sql).await?;
+        // Prepared in the first batch: parsing the UPDATE takes its ROW
+        // EXCLUSIVE lock already, so a wait there is bounded and retried as a
+        // batch's is.
+        let mut prepared: Option<tokio_postgres::Statement> = None;
         let size = i64::from(self.options.batch_size.max(1));
         let mut lo = min;
         let mut attempt = 1;
@@ -1156,7 +1159,18 @@ impl Runner<'_> {
                 .iter()
                 .map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync))
                 .collect();
-            match client.execute(&prepared, &params).await {
+            let ran = match &prepared {
+                Some(statement) => client.execute(statement, &params).await,
+                None => match client.prepare(&batch.sql).await {
+                    Ok(statement) => {
+                        let ran = client.execute(&statement, &params).await;
+                        prepared = Some(statement);
+                        ran
+                    }
+                    Err(err) => Err(err),
+                },
+            };
+            match ran {
                 Ok(rows) => {
                     attempt = 1;
                     lo = hi;
@@ -1190,6 +1204,23 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Whether the catalog shows `steps[at]` done, among the steps of its phase:
+/// as [`done`], and an index built under another name to be swapped in is
+/// also done once a later step has swapped it in (it bears the old name
+/// then, so looking for its own name would build it a second time, and the
+/// swap would then fail on the name it left behind).
+pub fn done_in(steps: &[Step], at: usize, live: &LiveCatalog) -> bool {
+    let Some(step) = steps.get(at) else {
+        return false;
+    };
+    done(step, live)
+        || matches!(&step.action, Action::CreateIndex { index, .. }
+        if steps.iter().skip(at + 1).any(|later| {
+            matches!(&later.action, Action::SwapIndex { replacement, .. } if replacement == index)
+                && done(later, live)
+        }))
 }
 
 /// Whether the catalog shows `step` done, so a rerun skips it. A backfill

@@ -22,7 +22,7 @@ use crate::render::quote_ident;
 use super::plan::{Phase, Step};
 use super::position::{History, Located, Position};
 use super::sql::{self, StepSql};
-use super::{Span, UpgradeOptions, done, record, span, upgrade_lock_key};
+use super::{Span, UpgradeOptions, done_in, record, span, upgrade_lock_key};
 use crate::options::duration_words;
 
 /// What a dry run found: where the database stands, and the steps and
@@ -125,7 +125,7 @@ pub(super) fn render(
                 step.describe(),
                 step.lock().pg_mode().unwrap_or("nothing that exists")
             );
-            if done(step, live) {
+            if done_in(planned, index, live) {
                 let _ = writeln!(out, "-- {title}: already done.\n");
                 continue;
             }
