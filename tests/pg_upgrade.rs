@@ -125,6 +125,10 @@ async fn every_shipped_version_reaches_the_model_keeping_every_row() {
             ready_is_derived_from_run_at(&client, &schema, true).await;
         }
         assert_eq!(contracted.after.contracted, MODEL_VERSION);
+        // Each contract step did its own work: a check added without NOT
+        // VALID (validating under ACCESS EXCLUSIVE) would leave its
+        // validation step nothing to do.
+        assert_eq!(contracted.steps_skipped, 0, "{}", contracted.message());
         let current = status(&client, &schema).await;
         assert_eq!(current.state, VersionState::Current, "{}", current.message);
         assert!(current.passes(), "v{version}: {:?}", current.differences);

@@ -1009,10 +1009,9 @@ async fn an_engine_waits_for_an_upgrade_to_its_version_to_finish() {
             .contains(&format!("is being upgraded to version {MODEL_VERSION}")),
         "{err}"
     );
-    assert_eq!(
-        status(&client, &schema).await.state,
-        VersionState::Upgrading
-    );
+    let found = status(&client, &schema).await;
+    assert_eq!(found.state, VersionState::Upgrading, "{}", found.message);
+    assert!(!found.passes(), "check passes a schema being upgraded");
     run_upgrade(&schema, &short())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
