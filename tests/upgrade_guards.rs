@@ -447,6 +447,181 @@ async fn an_index_build_waits_up_to_the_wait_bound_not_the_lock_bound() {
     assert!(found.passes(), "{} {:?}", found.message, found.differences);
 }
 
+/// The bounds in force, read by an event trigger in the session that runs
+/// each DDL statement of an upgrade (`lock_timeout` and `statement_timeout`,
+/// in ms): a catalog change under the lock bound, with at most 10 s more to
+/// run; what blocks no engine statement (an index built or dropped
+/// `CONCURRENTLY`, a validation) under the wait bound, with the statement
+/// bound to run. The dry-run script, run by psql on a second schema, runs
+/// every statement under the same lock bound as the upgrade.
+#[tokio::test]
+async fn every_step_runs_under_the_bounds_of_its_kind_in_the_upgrade_and_its_script() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let ran = harness::unique_schema_name("upg_bounds_run");
+    let printed = harness::unique_schema_name("upg_bounds_psql");
+    for schema in [&ran, &printed] {
+        create_version(&client, schema, 1).await;
+        fill(&client, schema, 1).await;
+    }
+    // What the event trigger saw, and marks of the steps as they start.
+    let seen = harness::unique_schema("upg_bounds_seen");
+    let (on_end, on_drop) = (
+        harness::unique_name("upg_bounds_end"),
+        harness::unique_name("upg_bounds_drop"),
+    );
+    let watched = format!("'{}', '{}'", ran.as_str(), printed.as_str());
+    let record = |source: &str| {
+        format!(
+            "DECLARE r record;
+             BEGIN
+               FOR r IN SELECT schema_name, command_tag AS what FROM {source}
+                        WHERE schema_name IN ({watched}) LOOP
+                 INSERT INTO {seen}.seen (schema, what, lock_ms, statement_ms)
+                 SELECT r.schema_name, r.what,
+                        (SELECT setting::bigint FROM pg_settings WHERE name = 'lock_timeout'),
+                        (SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout');
+               END LOOP;
+             EXCEPTION WHEN OTHERS THEN NULL; -- never in anyone's way
+             END"
+        )
+    };
+    exec(
+        &client,
+        &format!(
+            "CREATE SCHEMA {seen};
+             CREATE TABLE {seen}.seen (n bigserial, schema text, what text, step text,
+                                       lock_ms bigint, statement_ms bigint);
+             CREATE FUNCTION {seen}.on_end() RETURNS event_trigger LANGUAGE plpgsql AS $f${}$f$;
+             CREATE FUNCTION {seen}.on_drop() RETURNS event_trigger LANGUAGE plpgsql AS $f${}$f$;
+             CREATE EVENT TRIGGER {on_end} ON ddl_command_end EXECUTE FUNCTION {seen}.on_end();
+             CREATE EVENT TRIGGER {on_drop} ON sql_drop EXECUTE FUNCTION {seen}.on_drop();",
+            record("pg_event_trigger_ddl_commands()"),
+            record(
+                "(SELECT schema_name, 'DROP ' || upper(object_type) AS command_tag \
+                 FROM pg_event_trigger_dropped_objects()) d"
+            )
+        ),
+    )
+    .await;
+    let options = UpgradeOptions {
+        lock_timeout: Duration::from_millis(150),
+        wait_timeout: Duration::from_secs(7),
+        statement_timeout: Duration::from_secs(1800),
+        ..short()
+    };
+
+    // The upgrade and its contract, each step marked as it starts.
+    let side = SideSession::start();
+    let mark = format!(
+        "INSERT INTO {seen}.seen (schema, step) VALUES ('{}', ",
+        ran.as_str()
+    );
+    let mut progress = move |event: &Progress| {
+        if let Progress::StepStarted { step, .. } = event {
+            let kind = if matches!(
+                step.action,
+                Action::CreateIndex { .. }
+                    | Action::DropIndex { .. }
+                    | Action::ValidateConstraint { .. }
+            ) {
+                "waits"
+            } else {
+                "changes"
+            };
+            side.exec(&format!("{mark}'{kind}')"));
+        }
+    };
+    let mut upgrader = harness::connect().await;
+    within(
+        RUN_LIMIT,
+        "an upgrade",
+        upgrade::upgrade(&mut upgrader, &ran, &options, &mut progress),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    within(
+        RUN_LIMIT,
+        "a contract",
+        upgrade::contract(&mut upgrader, &ran, &options, &mut progress),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The same through the printed scripts.
+    let url = harness::database_url();
+    for contract in [false, true] {
+        let plan = upgrade::dry_run(&client, &printed, &options, contract)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let out = psql_within(&url, &plan.script, RUN_LIMIT);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    exec(
+        &client,
+        &format!("DROP EVENT TRIGGER {on_end}; DROP EVENT TRIGGER {on_drop}"),
+    )
+    .await;
+
+    // Each statement of the upgrade, with the kind of the step it ran in
+    // (the machinery's own before the first step: a catalog change).
+    let statements = |schema: &SchemaName| {
+        format!(
+            "SELECT what, COALESCE((SELECT m.step FROM {seen}.seen m
+                                    WHERE m.schema = s.schema AND m.step IS NOT NULL
+                                      AND m.n < s.n ORDER BY m.n DESC LIMIT 1), 'changes'),
+                    lock_ms, statement_ms
+             FROM {seen}.seen s WHERE s.schema = '{}' AND s.step IS NULL ORDER BY n",
+            schema.as_str()
+        )
+    };
+    let upgraded: Vec<(String, String, i64, i64)> = rows(&client, &statements(&ran))
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let waits = upgraded.iter().filter(|s| s.1 == "waits").count();
+    assert!(waits >= 4 && upgraded.len() > waits, "{upgraded:?}");
+    for (what, kind, lock_ms, statement_ms) in &upgraded {
+        let expected = if kind == "waits" {
+            (7_000, 1_810_000)
+        } else {
+            (150, 10_150)
+        };
+        assert_eq!(
+            (*lock_ms, *statement_ms),
+            expected,
+            "{what} in a step that {kind}: lock_timeout and statement_timeout (ms)"
+        );
+    }
+    // The script: the same statements under the same lock bounds (comments
+    // aside: the script also repeats the version table's, which the upgrade
+    // creates before its first step and then finds done).
+    let bounds = |statements: Vec<(String, i64)>| {
+        let mut statements: Vec<(String, i64)> = statements
+            .into_iter()
+            .filter(|(what, _)| what != "COMMENT")
+            .collect();
+        statements.sort();
+        statements
+    };
+    let scripted: Vec<(String, i64)> = rows(&client, &statements(&printed))
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(2)))
+        .collect();
+    assert_eq!(
+        bounds(scripted),
+        bounds(upgraded.iter().map(|s| (s.0.clone(), s.2)).collect()),
+        "the script's statements and their lock bounds differ from the upgrade's"
+    );
+}
+
 /// When the steps are done the catalog is read again: something that
 /// changes the schema meanwhile (here another session, between the last
 /// step and the end) makes the upgrade fail saying what differs, whether
@@ -509,9 +684,10 @@ async fn the_final_verification_refuses_a_catalog_the_steps_did_not_make() {
     }
 }
 
-/// The upgrade hands the caller's session back as it found it: no
-/// session setting left at the upgrade's bounds, and the upgrade lock
-/// released (another session's contract runs while this one stays open).
+/// The upgrade hands the caller's session back as it found it, whether it
+/// succeeds or fails: no session setting left at the upgrade's bounds, and
+/// the upgrade lock released (another session's contract runs while this
+/// one stays open).
 #[tokio::test]
 async fn an_upgrade_leaves_its_session_as_it_found_it() {
     if harness::skip_db_tests() {
@@ -524,6 +700,8 @@ async fn an_upgrade_leaves_its_session_as_it_found_it() {
     let settings = "SELECT current_setting('lock_timeout') || ' ' || \
                     current_setting('statement_timeout')";
     let before: String = upgrader.query_one(settings, &[]).await.unwrap().get(0);
+    let advisory =
+        format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = {pid}");
     let mut quiet = |_: &Progress| {};
     within(
         RUN_LIMIT,
@@ -534,15 +712,46 @@ async fn an_upgrade_leaves_its_session_as_it_found_it() {
     .unwrap_or_else(|e| panic!("{e}"));
     let after: String = upgrader.query_one(settings, &[]).await.unwrap().get(0);
     assert_eq!(after, before, "the upgrade left its bounds in the session");
-    let advisory = count(
+    assert_eq!(
+        count(&client, &advisory).await,
+        0,
+        "the upgrade lock outlived the upgrade"
+    );
+
+    // A contract that fails: its backfill finds nothing to do (so no vacuum
+    // follows it), and its next step gives up behind a reader.
+    exec(
         &client,
-        &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = {pid}"),
+        &format!("DELETE FROM {} WHERE claimed_at IS NOT NULL", jobs(&schema)),
     )
     .await;
-    assert_eq!(advisory, 0, "the upgrade lock outlived the upgrade");
+    let reader = harness::connect().await;
+    exec(
+        &reader,
+        &format!("BEGIN; SELECT count(*) FROM {}", jobs(&schema)),
+    )
+    .await;
+    within(
+        RUN_LIMIT,
+        "a contract behind a reader",
+        upgrade::contract(&mut upgrader, &schema, &short(), &mut quiet),
+    )
+    .await
+    .unwrap_err();
+    let after: String = upgrader.query_one(settings, &[]).await.unwrap().get(0);
+    assert_eq!(
+        after, before,
+        "a failed contract left its bounds in the session"
+    );
+    assert_eq!(
+        count(&client, &advisory).await,
+        0,
+        "the upgrade lock outlived the contract"
+    );
+    exec(&reader, "ROLLBACK").await;
     run_contract(&schema)
         .await
-        .unwrap_or_else(|e| panic!("a contract after the upgrade, its session open: {e}"));
+        .unwrap_or_else(|e| panic!("a contract in another session, this one open: {e}"));
 }
 
 /// The upgrade's catalog reads wait at most its lock bound (not the
