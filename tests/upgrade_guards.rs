@@ -891,8 +891,16 @@ async fn the_dry_run_script_keeps_the_upgrades_bounds_and_lock() {
     );
     assert_eq!(count(&client, &invalid).await, 1);
 
-    // Printed again and run: complete, the invalid index built again.
-    let plan = script().await.unwrap_or_else(|e| panic!("{e}"));
+    // Printed again and run: complete, the invalid index built again. (With
+    // a wait bound of seconds: an index build waits for every older
+    // snapshot in the database, the other tests' too.)
+    let completing = UpgradeOptions {
+        wait_timeout: Duration::from_secs(10),
+        ..options.clone()
+    };
+    let plan = upgrade::dry_run(&client, &schema, &completing, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let ran = psql_within(&url, &plan.script, limit);
     assert!(
         ran.status.success(),
