@@ -7,6 +7,7 @@
 //! the nodes the layout refuses, `check` over TLS with the default
 //! `sslmode`, and the schema moved to the other worker.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -21,8 +22,7 @@ use schema_gen::statements::{
 };
 use schema_gen::{ErrorKind, Options, bootstrap_with};
 use schema_model::{
-    ConsumedEvent, ConsumerOffset, Job, Layout, Lock, QueueOpts, Schedule, ScheduleOpts,
-    SchemaName, StreamEvent,
+    ConsumedEvent, ConsumerOffset, Job, Layout, Lock, Schedule, SchemaName, StreamEvent,
 };
 use tokio_postgres::Client;
 
@@ -191,31 +191,27 @@ async fn shard_worker(client: &Client, schema: &SchemaName) -> usize {
 }
 
 fn job(queue: &str) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: b"p".to_vec(),
-        priority: 0,
-        run_at: NOW - 10,
-        expires_at: None,
-        enqueued_at: NOW - 20,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 3,
-            backoff_base_s: 1,
-            dead_letter_retention_s: 60,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = b"p".to_vec();
+    job.priority = 0;
+    job.run_at = NOW - 10;
+    job.expires_at = None;
+    job.enqueued_at = NOW - 20;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 3;
+    job.opts.backoff_base_s = 1;
+    job.opts.dead_letter_retention_s = 60;
+    job
 }
 
 fn event(stream: &str, key: &str) -> StreamEvent {
-    StreamEvent {
-        stream: stream.into(),
-        key: Some(key.into()),
-        payload: key.as_bytes().to_vec(),
-        created_at: NOW,
-        ..StreamEvent::default()
-    }
+    let mut event = StreamEvent::default();
+    event.stream = stream.into();
+    event.key = Some(key.into());
+    event.payload = key.as_bytes().to_vec();
+    event.created_at = NOW;
+    event
 }
 
 async fn count(client: &Client, statement: &Statement) -> u64 {
@@ -874,23 +870,9 @@ fn hot_paths(schema: &SchemaName, claimed: &Job) -> Vec<Statement> {
         streams::append(schema, &event("s", "k")),
         streams::read(schema, "s", 0, 10),
         streams::read_in_commit_order_below(schema, "s", 0, 10, 1_000_000),
-        streams::checkpoint(
-            schema,
-            &ConsumerOffset {
-                stream: "s".into(),
-                consumer: "c".into(),
-                offset: 1,
-            },
-        ),
+        streams::checkpoint(schema, &ConsumerOffset::new("s", "c", 1)),
         streams::read_checkpoint(schema, "s", "c"),
-        consumed_events::claim(
-            schema,
-            &ConsumedEvent {
-                consumer: "c".into(),
-                event_id: "e1".into(),
-                consumed_at: NOW,
-            },
-        ),
+        consumed_events::claim(schema, &ConsumedEvent::new("c", "e1", NOW)),
         locks::clear_lapsed(schema, "ticker", NOW),
         locks::acquire_free(schema, "ticker", "node-a", NOW + 30),
         locks::renew(schema, "ticker", "node-a", 1, NOW + 60, NOW),
@@ -934,7 +916,7 @@ async fn every_hot_path_is_one_task_on_the_schemas_node() {
     );
     assert_eq!(run(&client, &batch).await.len(), 2, "enqueue_many");
     // The horizon reads no table: it runs on the coordinator, no task.
-    let (counts, plan) = task_counts(&client, &streams::commit_horizon()).await;
+    let (counts, plan) = task_counts(&client, &streams::commit_horizon(&schema)).await;
     assert!(counts.is_empty() && !plan.contains("Citus"), "{plan}");
     // The maintenance statements, which name no queue or stream: under
     // schema sharding they too are one task (every row of the schema is
@@ -975,16 +957,12 @@ async fn the_maintenance_statements_do_their_work_on_the_cluster() {
     let (client, schema) = citus_schema("citus_maint").await;
     // One job of each kind: a claim that lapsed with attempts left, one that
     // lapsed on its last attempt, one that expired.
-    let one_attempt = Job {
-        opts: QueueOpts {
-            max_attempts: 1,
-            ..job("q").opts
-        },
-        ..job("last")
-    };
-    let expiring = Job {
-        expires_at: Some(NOW - 1),
-        ..job("exp")
+    let mut one_attempt = job("last");
+    one_attempt.opts.max_attempts = 1;
+    let expiring = {
+        let mut job = job("exp");
+        job.expires_at = Some(NOW - 1);
+        job
     };
     for (queue, job) in [("q", job("q")), ("last", one_attempt), ("exp", expiring)] {
         run(&client, &jobs::enqueue(&schema, &job, NOW)).await;
@@ -1038,23 +1016,23 @@ async fn the_maintenance_statements_do_their_work_on_the_cluster() {
         "lock sweep"
     );
     // A due schedule, locked for the tick's transaction.
-    let schedule = Schedule {
-        name: "tick".into(),
-        spec: "@every 60s".into(),
-        every_s: 60,
-        queue: "q".into(),
-        payload: b"t".to_vec(),
-        opts: ScheduleOpts {
-            priority: 0,
-            max_attempts: 1,
-            visibility_timeout_s: 30,
-            backoff_base_s: 1,
-            dead_letter_retention_s: 60,
-            expires_s: None,
-        },
-        next_fire_at: NOW,
-        last_fired_at: None,
-        enabled: true,
+    let schedule = {
+        let mut schedule = Schedule::default();
+        schedule.name = "tick".into();
+        schedule.spec = "@every 60s".into();
+        schedule.every_s = 60;
+        schedule.queue = "q".into();
+        schedule.payload = b"t".to_vec();
+        schedule.opts.priority = 0;
+        schedule.opts.max_attempts = 1;
+        schedule.opts.visibility_timeout_s = 30;
+        schedule.opts.backoff_base_s = 1;
+        schedule.opts.dead_letter_retention_s = 60;
+        schedule.opts.expires_s = None;
+        schedule.next_fire_at = NOW;
+        schedule.last_fired_at = None;
+        schedule.enabled = true;
+        schedule
     };
     run(&client, &schedules::register(&schema, &schedule)).await;
     exec(&client, "BEGIN").await;
@@ -1125,7 +1103,11 @@ async fn single_server_read(client: &Client, schema: &SchemaName, stream: &str) 
 /// skip the first once it has checkpointed.
 async fn open_append_then_later_append(schema: &SchemaName, stream: &str, worker_ahead: bool) {
     let cluster = cluster();
-    let reader = Session::new(cluster.connect_coordinator().await, schema.clone());
+    let reader = Session::with_layout(
+        cluster.connect_coordinator().await,
+        schema.clone(),
+        Layout::CitusSchemaSharding,
+    );
     let first = cluster.connect_coordinator().await;
     let second = cluster.connect_coordinator().await;
     let contrast = cluster.connect_coordinator().await;
@@ -1206,7 +1188,35 @@ async fn fences_only_grow_per_name_and_the_single_server_acquire_is_refused() {
         describe_error(&refused)
     );
 
-    let session = Session::new(client, schema.clone());
+    // A Citus session prepares its layout's statements: the two-statement
+    // acquire, never the refused one.
+    let session = Session::with_layout(client, schema.clone(), Layout::CitusSchemaSharding);
+    session
+        .prepare_all()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let texts = |layout| -> BTreeSet<String> {
+        all_for(&schema, layout)
+            .iter()
+            .map(|s| s.sql().to_owned())
+            .collect()
+    };
+    let every_layout: BTreeSet<String> = Layout::ALL.into_iter().flat_map(texts).collect();
+    let prepared: BTreeSet<String> = session
+        .client()
+        .query("SELECT statement FROM pg_prepared_statements", &[])
+        .await
+        .unwrap_or_else(|e| panic!("{}", describe_error(&e)))
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .filter(|sql| every_layout.contains(sql))
+        .collect();
+    assert_eq!(
+        prepared,
+        texts(Layout::CitusSchemaSharding),
+        "prepare_all on a Citus session"
+    );
+    assert!(!prepared.contains(locks::acquire(&schema, "x", "o", 0, 0).sql()));
     let acquire = async |owner: &str, now: i64| -> Option<Lock> {
         let (_, lock) = session
             .run_pipelined(
@@ -1382,4 +1392,56 @@ fn the_printed_citus_script_creates_the_family_once_and_a_rerun_changes_nothing(
         check.stdout,
         check.stderr
     );
+}
+
+/// `check` asks everything in one round trip under either layout: the
+/// catalog, and under `--layout citus` the node and the family's
+/// distribution in the same simple query (it took 13 round trips before:
+/// each Citus question its own bounded transaction of four). A steady-state
+/// open under the Citus layout is one round trip too, and a server without
+/// Citus is refused after that one.
+#[tokio::test]
+async fn check_is_one_round_trip_under_either_layout() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (_, schema) = citus_schema("citus_trips").await;
+    let url = cluster().coordinator_url();
+    let proxy = harness::wire::CountingProxy::start(&url).await;
+    let mut client = proxy.connect(&url).await;
+    for options in [citus_options(), Options::default()] {
+        proxy.reset();
+        let status = schema_gen::check::status(&client, &schema, &options)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            status.passes(),
+            "{}: {:?}",
+            status.message,
+            status.differences
+        );
+        assert_eq!(
+            proxy.round_trips(),
+            1,
+            "{:?}: {:#?}",
+            options.layout,
+            proxy.statements()
+        );
+    }
+    proxy.reset();
+    let outcome = bootstrap_with(&mut client, &schema, &citus_options())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!outcome.created(), "{outcome}");
+    assert_eq!(proxy.round_trips(), 1, "{:#?}", proxy.statements());
+
+    let plain_url = harness::database_url();
+    let plain_proxy = harness::wire::CountingProxy::start(&plain_url).await;
+    let plain = plain_proxy.connect(&plain_url).await;
+    plain_proxy.reset();
+    let err = schema_gen::check::status(&plain, &schema, &citus_options())
+        .await
+        .expect_err("a server without citus is refused");
+    assert!(matches!(err.kind(), ErrorKind::Layout { .. }), "{err}");
+    assert_eq!(plain_proxy.round_trips(), 1);
 }

@@ -2,7 +2,8 @@
 //! real server, not by their text: a claim (or promote) never hands one job
 //! to two sessions and never waits behind another session's row locks
 //! (`FOR UPDATE SKIP LOCKED`, the promise of `jobs::claim` and
-//! `jobs::promote`).
+//! `jobs::promote`), but for PostgreSQL's own update-chain wait (see
+//! `harness::lock_waits::Path::UpdateChain` and the README).
 //!
 //! Two methods:
 //!
@@ -18,15 +19,18 @@
 //!   UPDATE` of the held rows under the same setting) shows the setting does
 //!   turn a wait for those rows into that error.
 //! - **many claimers at once** over a fixed set of jobs: every job is handed
-//!   out exactly once (each returned once, each with `attempts = 1`).
+//!   out exactly once (each returned once, each with `attempts = 1`), and
+//!   every session's lock waits are watched (`harness::lock_waits`): a wait
+//!   for a held row fails the test, naming both sessions and their queries.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use harness::engine::{engine_schema, run};
+use harness::lock_waits::{LockWatch, Role};
 use harness::{describe_error, exec};
 use schema_gen::statements::{FromRow, Statement, jobs};
-use schema_model::{Job, QueueOpts, SchemaName};
+use schema_model::{Job, SchemaName};
 use tokio::sync::Barrier;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
@@ -44,21 +48,18 @@ const NOW: i64 = 1_700_000_000;
 const NEVER_WAIT: &str = "SET lock_timeout = '10s'";
 
 fn job(queue: &str, priority: i32, run_at: i64) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: b"p".to_vec(),
-        priority,
-        run_at,
-        expires_at: None,
-        enqueued_at: NOW - 100,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 5,
-            backoff_base_s: 1,
-            dead_letter_retention_s: 60,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = b"p".to_vec();
+    job.priority = priority;
+    job.run_at = run_at;
+    job.expires_at = None;
+    job.enqueued_at = NOW - 100;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 5;
+    job.opts.backoff_base_s = 1;
+    job.opts.dead_letter_retention_s = 60;
+    job
 }
 
 /// Enqueues `jobs` (as of `now`) with the product's batch statement; their ids.
@@ -253,70 +254,33 @@ const BATCH: u32 = 3;
 /// Exactly what the workers take: each round, each takes one batch.
 const JOBS: usize = WORKERS * ROUNDS * BATCH as usize;
 
-/// The sessions of [`in_overlapping_rounds`] wait for nothing that lasts:
-/// any lock they wait for is held until a round commits, after the waiter's
-/// own step, so a wait there lasts until `lock_timeout`. The monitor beside
-/// them tells a row lock (the promise broken) from anything else.
-const OVERLAP_BACKSTOP: &str = "SET lock_timeout = '60s'";
-
-/// Watches the `pids`' lock waits in `pg_locks` until `stop` is set. A
-/// wait for a row (`transactionid` or `tuple`: another session's row lock)
-/// is the broken promise: it is recorded, and the waiter cancelled so the
-/// test fails at once instead of at the backstop. Any other wait (a
-/// relation extension lock while two sessions add pages) is printed and
-/// allowed: it ends when the page is added.
-async fn watch_lock_waits(pids: Vec<i32>, stop: Arc<std::sync::atomic::AtomicBool>) -> Vec<String> {
-    let monitor = harness::connect().await;
-    let mut row_waits = Vec::new();
-    let mut seen = BTreeSet::new();
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let waits = monitor
-            .query(
-                "SELECT l.pid, l.locktype, l.mode, COALESCE(l.relation::regclass::text, ''), \
-                        pg_blocking_pids(l.pid)::text \
-                 FROM pg_locks l WHERE NOT l.granted AND l.pid = ANY($1)",
-                &[&pids],
-            )
-            .await
-            .unwrap_or_else(|e| panic!("reading pg_locks: {}", describe_error(&e)));
-        for wait in waits {
-            let (pid, locktype, mode, relation, blockers): (i32, String, String, String, String) = (
-                wait.get(0),
-                wait.get(1),
-                wait.get(2),
-                wait.get(3),
-                wait.get(4),
-            );
-            let words = format!(
-                "session {pid} waited for {mode} on {locktype} {relation} (blocked by {blockers})"
-            );
-            if seen.insert(words.clone()) {
-                eprintln!("{words}");
-            }
-            if locktype == "transactionid" || locktype == "tuple" {
-                row_waits.push(words);
-                let _ = monitor
-                    .execute("SELECT pg_cancel_backend($1)", &[&pid])
-                    .await;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    row_waits
-}
+/// How long a step may wait for a row before the watch cancels it. The
+/// sessions of [`in_overlapping_rounds`] wait for each other at a barrier
+/// while they hold their rows, so a wait for a row that another session of
+/// the round holds never ends by itself; one for a row a late session of the
+/// previous round holds ends when it commits (well within this, unless the
+/// machine is very loaded: then the step is redone, which is harmless).
+const CANCEL_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Runs `step` on `WORKERS` sessions in `ROUNDS` rounds. In each round
 /// every session opens a transaction, runs `step`, and keeps its
 /// transaction open until every session has run its step of the round;
 /// then it commits. So every step runs while the other sessions' steps of
-/// the round hold their rows, whatever the scheduling. No step may wait for
-/// a row lock ([`watch_lock_waits`]). Returns what each step returned, per
-/// session and round.
+/// the round hold their rows, whatever the scheduling.
+///
+/// Every session is watched ([`LockWatch`]): no step may wait for another
+/// session's row, except in PostgreSQL's update-chain step
+/// ([`harness::lock_waits::Path::UpdateChain`]): there a step that found a row being updated by a
+/// transaction which committed while it decided to skip the row waits for
+/// the session holding the row's newer version, here one that waits at the
+/// barrier. The watch cancels such a step; it is then redone in a fresh
+/// transaction, beside the same held rows. Returns what each step returned,
+/// per session and round.
 async fn in_overlapping_rounds<T, F, Fut>(step: F) -> Vec<Vec<T>>
 where
     T: Send + 'static,
-    F: Fn(usize, Arc<Client>) -> Fut,
-    Fut: std::future::Future<Output = T> + Send + 'static,
+    F: Fn(usize, Arc<Client>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send + 'static,
 {
     // Only a failing run waits this long: a worker that panicked never
     // reaches the barrier again.
@@ -325,33 +289,47 @@ where
             .await
             .unwrap_or_else(|_| panic!("another worker failed (see its panic above)"));
     }
+    let watch = LockWatch::start(Some(CANCEL_AFTER)).await;
     let barrier = Arc::new(Barrier::new(WORKERS));
+    let step = Arc::new(step);
+    let redone = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
-    let mut clients = Vec::new();
-    let mut pids = Vec::new();
-    for _ in 0..WORKERS {
-        let client = harness::connect().await;
-        exec(&client, OVERLAP_BACKSTOP).await;
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .unwrap_or_else(|e| panic!("{}", describe_error(&e)))
-            .get(0);
-        pids.push(pid);
-        clients.push(Arc::new(client));
-    }
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let monitor = tokio::spawn(watch_lock_waits(pids, Arc::clone(&stop)));
-    for (worker, client) in clients.into_iter().enumerate() {
-        let steps: Vec<Fut> = (0..ROUNDS)
-            .map(|_| step(worker, Arc::clone(&client)))
-            .collect();
-        let barrier = Arc::clone(&barrier);
+    for worker in 0..WORKERS {
+        let client = Arc::new(
+            watch
+                .session(&format!("w{worker}"), Role::SkipsLocked)
+                .await,
+        );
+        let (barrier, step, redone) =
+            (Arc::clone(&barrier), Arc::clone(&step), Arc::clone(&redone));
         tasks.spawn(async move {
             let mut got = Vec::new();
-            for step in steps {
+            for _ in 0..ROUNDS {
                 exec(&client, "BEGIN").await;
-                got.push(step.await);
+                for attempt in 1.. {
+                    match step(worker, Arc::clone(&client)).await {
+                        Ok(result) => {
+                            got.push(result);
+                            break;
+                        }
+                        // Cancelled by the watch: redone if it was waiting in
+                        // the update-chain step (or no longer waiting when
+                        // the cancel came); any other wait fails the test
+                        // (the watch's report says which).
+                        Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                            let context = e.as_db_error().and_then(|d| d.where_()).unwrap_or("");
+                            let chain = context.contains("while locking updated version");
+                            assert!(
+                                (chain || !context.contains("while ")) && attempt < 20,
+                                "w{worker}'s step waited for another session's row ({context}), \
+                                 attempt {attempt}"
+                            );
+                            redone.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            exec(&client, "ROLLBACK; BEGIN").await;
+                        }
+                        Err(e) => panic!("w{worker}: {}", describe_error(&e)),
+                    }
+                }
                 together(&barrier).await;
                 exec(&client, "COMMIT").await;
             }
@@ -359,12 +337,6 @@ where
         });
     }
     let mut out: Vec<Option<Vec<T>>> = (0..WORKERS).map(|_| None).collect();
-    let row_waits = |monitor: tokio::task::JoinHandle<Vec<String>>| async move {
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        monitor
-            .await
-            .unwrap_or_else(|e| panic!("the lock-wait monitor failed: {e}"))
-    };
     let mut failure = None;
     while let Some(done) = tasks.join_next().await {
         match done {
@@ -379,11 +351,16 @@ where
             Err(e) => panic!("a worker failed: {e}"),
         }
     }
-    let waits = row_waits(monitor).await;
-    assert!(
-        waits.is_empty(),
-        "a step waited for another session's row lock instead of skipping it: {waits:?}"
+    let waits = watch.stop().await;
+    eprintln!(
+        "lock waits: {}; steps cancelled and redone: {}",
+        waits.summary(),
+        redone.load(std::sync::atomic::Ordering::SeqCst)
     );
+    for wait in &waits.all {
+        eprintln!("  {wait}");
+    }
+    waits.assert_none_forbidden();
     if let Some(panic) = failure {
         std::panic::resume_unwind(panic);
     }
@@ -405,9 +382,10 @@ async fn overlapping_claimers_hand_out_every_job_exactly_once() {
         .into_iter()
         .collect();
 
-    let claimed: Vec<Vec<BTreeSet<i64>>> = in_overlapping_rounds(|worker, client| {
-        let claim = jobs::claim(&schema, "q", &format!("w{worker}"), NOW, BATCH);
-        async move { ids(&without_waiting(&client, &claim).await) }
+    let claimer = schema.clone();
+    let claimed: Vec<Vec<BTreeSet<i64>>> = in_overlapping_rounds(move |worker, client| {
+        let claim = jobs::claim(&claimer, "q", &format!("w{worker}"), NOW, BATCH);
+        async move { try_run(&client, &claim).await.map(|rows| ids(&rows)) }
     })
     .await;
 
@@ -465,9 +443,10 @@ async fn overlapping_promoters_flip_every_job_exactly_once() {
         .collect();
     let due = NOW + JOBS as i64 + 1;
 
-    let flipped: Vec<Vec<u64>> = in_overlapping_rounds(|_, client| {
-        let promote = jobs::promote(&schema, "q", due, BATCH);
-        async move { count_without_waiting(&client, &promote).await }
+    let promoter = schema.clone();
+    let flipped: Vec<Vec<u64>> = in_overlapping_rounds(move |_, client| {
+        let promote = jobs::promote(&promoter, "q", due, BATCH);
+        async move { client.execute(promote.sql(), &promote.args()).await }
     })
     .await;
     for (worker, rounds) in flipped.iter().enumerate() {

@@ -63,22 +63,21 @@ fn sql_prints_the_ddl_and_exits_0() {
 
 #[test]
 fn version_names_the_release_and_the_schema_version_it_creates() {
-    // Pinned: a release bumps this line with the crates' version, and a new
-    // schema version (schema_model::history::MODEL_VERSION) with it.
+    // The release and the schema version it creates, read from where they
+    // are decided (the workspace's version, schema_model's history), so
+    // shipping a version edits no test.
+    let expected = format!(
+        "schema-gen {} (creates schema version {})\n",
+        env!("CARGO_PKG_VERSION"),
+        schema_model::history::MODEL_VERSION
+    );
     for flag in ["--version", "-V"] {
         let out = schema_gen(&[flag], None);
         assert_eq!(out.status.code(), Some(0));
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "schema-gen 0.3.0 (creates schema version 3)\n"
-        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
         assert!(out.stderr.is_empty());
     }
-    assert_eq!(
-        format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
-        "schema-gen 0.3.0"
-    );
-    assert_eq!(schema_model::history::MODEL_VERSION, 3);
+    assert_eq!(env!("CARGO_PKG_NAME"), "schema-gen");
 }
 
 #[test]

@@ -27,9 +27,7 @@ use harness::{exec, rows};
 use schema_gen::statements::{
     self, FromRow, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams,
 };
-use schema_model::{
-    ConsumedEvent, ConsumerOffset, Job, Layout, QueueOpts, Schedule, SchemaName, StreamEvent,
-};
+use schema_model::{ConsumedEvent, ConsumerOffset, Job, Layout, Schedule, SchemaName, StreamEvent};
 use tokio_postgres::Client;
 
 /// The unix second the seeded data is built around.
@@ -262,7 +260,7 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
         ),
     )
     .await;
-    let horizon: i64 = run(client, &streams::commit_horizon()).await[0].get("horizon");
+    let horizon: i64 = run(client, &streams::commit_horizon(schema)).await[0].get("horizon");
     let offset_row = run(client, &streams::read_checkpoint(schema, "s7", "c7")).await;
     let checkpoint = ConsumerOffset::from_row(&offset_row[0]).unwrap_or_else(|e| panic!("{e}"));
     let due = run(client, &schedules::due(schema, NOW, 1)).await;
@@ -277,25 +275,25 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
     .await;
     let (lock, owner, fence): (String, String, i64) =
         (held[0].get(0), held[0].get(1), held[0].get(2));
-    let job = Job {
-        queue: "normal".into(),
-        payload: b"\x00payload\xff".to_vec(),
-        priority: 3,
-        run_at: NOW,
-        enqueued_at: NOW,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 3,
-            backoff_base_s: 2,
-            dead_letter_retention_s: 86400,
-        },
-        ..Job::default()
+    let job = {
+        let mut job = Job::default();
+        job.queue = "normal".into();
+        job.payload = b"\x00payload\xff".to_vec();
+        job.priority = 3;
+        job.run_at = NOW;
+        job.enqueued_at = NOW;
+        job.opts.visibility_timeout_s = 30;
+        job.opts.max_attempts = 3;
+        job.opts.backoff_base_s = 2;
+        job.opts.dead_letter_retention_s = 86400;
+        job
     };
     let ten: Vec<Job> = (0..BATCH)
-        .map(|n| Job {
-            run_at: NOW + i64::from(n % 2) * 60,
-            expires_at: (n % 3 == 0).then_some(NOW + 3600),
-            ..job.clone()
+        .map(|n| {
+            let mut job = job.clone();
+            job.run_at = NOW + i64::from(n % 2) * 60;
+            job.expires_at = (n % 3 == 0).then_some(NOW + 3600);
+            job
         })
         .collect();
     let claimed_ten: Vec<(i64, i32)> = rows(
@@ -422,16 +420,14 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
         ),
         case(
             "stream_append",
-            streams::append(
-                schema,
-                &StreamEvent {
-                    stream: "s3".into(),
-                    key: Some("k".into()),
-                    payload: vec![0, 255],
-                    created_at: NOW,
-                    ..StreamEvent::default()
-                },
-            ),
+            streams::append(schema, &{
+                let mut event = StreamEvent::default();
+                event.stream = "s3".into();
+                event.key = Some("k".into());
+                event.payload = vec![0, 255];
+                event.created_at = NOW;
+                event
+            }),
             None,
         ),
         batch(
@@ -462,13 +458,11 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
         ),
         case(
             "checkpoint",
-            streams::checkpoint(
-                schema,
-                &ConsumerOffset {
-                    offset: checkpoint.offset + 1,
-                    ..checkpoint.clone()
-                },
-            ),
+            streams::checkpoint(schema, &{
+                let mut checkpoint = checkpoint.clone();
+                checkpoint.offset += 1;
+                checkpoint
+            }),
             Some("stream_offsets_pkey"),
         ),
         case(
@@ -531,14 +525,7 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
         ),
         case(
             "dedup_claim",
-            consumed_events::claim(
-                schema,
-                &ConsumedEvent {
-                    consumer: "c1".into(),
-                    event_id: "new-event".into(),
-                    consumed_at: NOW,
-                },
-            ),
+            consumed_events::claim(schema, &ConsumedEvent::new("c1", "new-event", NOW)),
             Some("consumed_events_pkey"),
         ),
     ]);
@@ -717,14 +704,12 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
     let early = harness::connect().await;
     let late = harness::connect().await;
     let reader = harness::connect().await;
-    let append = streams::append(
-        &schema,
-        &StreamEvent {
-            stream: "s".into(),
-            payload: vec![1],
-            ..StreamEvent::default()
-        },
-    );
+    let append = streams::append(&schema, &{
+        let mut event = StreamEvent::default();
+        event.stream = "s".into();
+        event.payload = vec![1];
+        event
+    });
     let offsets = |rows: Vec<tokio_postgres::Row>| -> Vec<i64> {
         rows.iter()
             .map(|row| {
@@ -745,7 +730,7 @@ async fn a_gap_free_stream_reader_does_not_skip_an_id_that_commits_late() {
     // The Citus layout's reader, on one server: the horizon first, then the
     // read below it; it must deliver exactly what the one-statement reader does.
     let below = async |offset| {
-        let horizon: i64 = run(&reader, &streams::commit_horizon()).await[0].get("horizon");
+        let horizon: i64 = run(&reader, &streams::commit_horizon(&schema)).await[0].get("horizon");
         offsets(
             run(
                 &reader,

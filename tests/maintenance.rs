@@ -17,25 +17,24 @@ use harness::engine::engine_schema;
 use harness::explain::{PlanMode, explain_analyze};
 use harness::{connect_with_notices, exec};
 use schema_gen::statements::jobs;
-use schema_model::{Job, QueueOpts, SchemaName};
+use schema_model::{Job, SchemaName};
 use tokio_postgres::Client;
 
 const NOW: i64 = 1_700_000_000;
 
 /// Enqueues `n` due jobs into `queue` with the product's batch statement.
 async fn seed(client: &Client, schema: &SchemaName, queue: &str, n: usize) {
-    let job = Job {
-        queue: queue.into(),
-        payload: b"{}".to_vec(),
-        run_at: NOW - 60,
-        enqueued_at: NOW - 60,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 3,
-            backoff_base_s: 2,
-            dead_letter_retention_s: 86_400,
-        },
-        ..Job::default()
+    let job = {
+        let mut job = Job::default();
+        job.queue = queue.into();
+        job.payload = b"{}".to_vec();
+        job.run_at = NOW - 60;
+        job.enqueued_at = NOW - 60;
+        job.opts.visibility_timeout_s = 30;
+        job.opts.max_attempts = 3;
+        job.opts.backoff_base_s = 2;
+        job.opts.dead_letter_retention_s = 86_400;
+        job
     };
     let batch = vec![job; 10_000];
     let mut left = n;

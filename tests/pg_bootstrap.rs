@@ -22,11 +22,10 @@ use tokio_postgres::error::SqlState;
 
 /// An event of stream `s` with `payload`, for the append statement.
 fn event(payload: &[u8]) -> schema_model::StreamEvent {
-    schema_model::StreamEvent {
-        stream: "s".into(),
-        payload: payload.to_vec(),
-        ..schema_model::StreamEvent::default()
-    }
+    let mut event = schema_model::StreamEvent::default();
+    event.stream = "s".into();
+    event.payload = payload.to_vec();
+    event
 }
 
 fn model_tables() -> Vec<String> {

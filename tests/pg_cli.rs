@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use harness::cli::{run as cli, runtime};
 use schema_gen::{Outcome, bootstrap};
 use schema_model::SchemaName;
+use schema_model::history::MODEL_VERSION;
 
 /// A URL on which nothing listens: a port the OS just handed out and took back.
 fn unreachable_url() -> String {
@@ -49,7 +50,7 @@ fn sql_piped_into_psql_twice_then_check_is_clean_and_bootstrap_is_current() {
     assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
     assert_eq!(
         checked.stdout,
-        format!("schema {raw} matches the model (version 3)\n")
+        format!("schema {raw} matches the model (version {MODEL_VERSION})\n")
     );
     assert_eq!(checked.stderr, "");
 
@@ -356,7 +357,7 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     assert_eq!(checked.code, ExitCode::SUCCESS, "{}", checked.stderr);
     assert_eq!(
         checked.stdout,
-        format!("schema {plain} matches the model (version 3)\n")
+        format!("schema {plain} matches the model (version {MODEL_VERSION})\n")
     );
 
     // The documented DBA path: the DBA creates the schema and grants, the

@@ -88,7 +88,10 @@ fn assert_matches(ran: &Ran, schema: &str) {
     assert_eq!(ran.code, ExitCode::SUCCESS, "{ran:?}");
     assert_eq!(
         ran.stdout,
-        format!("schema {schema} matches the model (version 3)\n")
+        format!(
+            "schema {schema} matches the model (version {})\n",
+            schema_model::history::MODEL_VERSION
+        )
     );
     assert_eq!(ran.stderr, "");
 }

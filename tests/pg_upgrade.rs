@@ -17,9 +17,8 @@ use harness::upgrade::{
     run_contract, run_upgrade, status, within,
 };
 use harness::{exec, rows};
-use schema_gen::upgrade::{
-    self, Action, Phase, Progress, Step, TableLock, UpgradeOptions, VersionState,
-};
+use schema_gen::check::VersionState;
+use schema_gen::upgrade::{self, Action, Phase, Progress, Step, TableLock, UpgradeOptions};
 use schema_gen::{ErrorKind, Outcome, bootstrap};
 use schema_model::SchemaName;
 use schema_model::history::{self, MODEL_VERSION};
@@ -49,10 +48,13 @@ async fn every_shipped_version_reaches_the_model_keeping_every_row() {
             found.message
         );
         // An engine of this release does not open it, and changes nothing.
+        // Versions before the version table are recognised by their shape;
+        // the later ones by their rows.
+        let by_shape = version < history::FIRST_RECORDED_VERSION;
         let err = bootstrap(&mut client, &schema).await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::OlderVersion { found, recognised: true, model, .. }
-                if *found == version && *model == MODEL_VERSION),
+            matches!(err.kind(), ErrorKind::OlderVersion { found, recognised, model, .. }
+                if *found == version && *recognised == by_shape && *model == MODEL_VERSION),
             "v{version}: {err}"
         );
         assert!(
@@ -615,7 +617,7 @@ async fn the_wait_for_a_stronger_lock_gives_up_at_its_bound_naming_the_holder() 
     );
     let words = err.to_string();
     assert!(words.contains(&format!("session {pid}")), "{words}");
-    assert!(words.contains("ShareUpdateExclusiveLock"), "{words}");
+    assert!(words.contains("holds SHARE UPDATE EXCLUSIVE"), "{words}");
     exec(&blocker, "ROLLBACK").await;
     let found = status(&client, &schema).await;
     assert_eq!(found.state, VersionState::Upgrading, "{}", found.message);
@@ -1522,19 +1524,18 @@ async fn new_engine(
         let now = now();
         if left > 0 {
             left -= 1;
-            let job = schema_model::Job {
-                queue: "mail".into(),
-                payload: vec![8],
-                priority: 1,
-                run_at: now,
-                enqueued_at: now,
-                opts: schema_model::QueueOpts {
-                    visibility_timeout_s: 30,
-                    max_attempts: 3,
-                    backoff_base_s: 1,
-                    dead_letter_retention_s: 600,
-                },
-                ..schema_model::Job::default()
+            let job = {
+                let mut job = schema_model::Job::default();
+                job.queue = "mail".into();
+                job.payload = vec![8];
+                job.priority = 1;
+                job.run_at = now;
+                job.enqueued_at = now;
+                job.opts.visibility_timeout_s = 30;
+                job.opts.max_attempts = 3;
+                job.opts.backoff_base_s = 1;
+                job.opts.dead_letter_retention_s = 600;
+                job
             };
             let enqueue = jobs::enqueue(&schema, &job, now);
             match client.query(enqueue.sql(), &enqueue.args()).await {

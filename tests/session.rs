@@ -14,7 +14,7 @@ use harness::engine::engine_schema;
 use harness::exec;
 use harness::wire::CountingProxy;
 use schema_gen::statements::{
-    self, ConsumerOffset, Job, QueueOpts, Session, StatementErrorKind, StreamEvent, jobs, streams,
+    self, ConsumerOffset, Job, Session, StatementErrorKind, StreamEvent, jobs, streams,
 };
 use schema_model::SchemaName;
 use tokio_postgres::error::SqlState;
@@ -28,19 +28,16 @@ mod engine;
 const NOW: i64 = 1_700_000_000;
 
 fn job(queue: &str, run_at: i64) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: b"\x00job\xff".to_vec(),
-        run_at,
-        enqueued_at: NOW,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 3,
-            backoff_base_s: 10,
-            dead_letter_retention_s: 600,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = b"\x00job\xff".to_vec();
+    job.run_at = run_at;
+    job.enqueued_at = NOW;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 3;
+    job.opts.backoff_base_s = 10;
+    job.opts.dead_letter_retention_s = 600;
+    job
 }
 
 /// The program's whole flow on a fresh schema, through the wire proxy: what
@@ -247,11 +244,12 @@ async fn a_failed_first_statement_of_a_pipeline_is_reported_and_the_second_still
         &format!("BEGIN; LOCK TABLE \"{schema}\".jobs IN SHARE MODE"),
     )
     .await;
-    let event = StreamEvent {
-        stream: "s".into(),
-        payload: vec![1],
-        created_at: NOW,
-        ..StreamEvent::default()
+    let event = {
+        let mut event = StreamEvent::default();
+        event.stream = "s".into();
+        event.payload = vec![1];
+        event.created_at = NOW;
+        event
     };
     let err = session
         .run_pipelined(
@@ -556,11 +554,7 @@ async fn a_session_transaction_commits_or_rolls_back_with_the_prepared_statement
     let schema = engine_schema(&admin, "stmt_tx").await;
     let proxy = CountingProxy::start(&url).await;
     let mut session = Session::new(proxy.connect(&url).await, schema.clone());
-    let offset = |offset| ConsumerOffset {
-        stream: "s".into(),
-        consumer: "c".into(),
-        offset,
-    };
+    let offset = |offset| ConsumerOffset::new("s", "c", offset);
     let read = async |session: &Session| {
         session
             .run(&streams::ReadCheckpoint {

@@ -24,27 +24,24 @@
 use harness::engine::{engine_schema, run};
 use harness::{describe_error, exec};
 use schema_gen::statements::{FromRow, Statement, jobs, locks, schedules};
-use schema_model::{Job, Lock, QueueOpts, Schedule, ScheduleOpts, SchemaName};
+use schema_model::{Job, Lock, Schedule, SchemaName};
 use tokio_postgres::Client;
 
 const NOW: i64 = 1_700_000_000;
 
 fn job(queue: &str, priority: i32, run_at: i64) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: format!("{queue}/{priority}/{run_at}").into_bytes(),
-        priority,
-        run_at,
-        expires_at: None,
-        enqueued_at: NOW - 2000,
-        opts: QueueOpts {
-            visibility_timeout_s: 30,
-            max_attempts: 5,
-            backoff_base_s: 1,
-            dead_letter_retention_s: 60,
-        },
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = format!("{queue}/{priority}/{run_at}").into_bytes();
+    job.priority = priority;
+    job.run_at = run_at;
+    job.expires_at = None;
+    job.enqueued_at = NOW - 2000;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 5;
+    job.opts.backoff_base_s = 1;
+    job.opts.dead_letter_retention_s = 60;
+    job
 }
 
 async fn enqueue(client: &Client, schema: &SchemaName, job: &Job, now: i64) -> i64 {
@@ -223,9 +220,10 @@ async fn a_restarted_owner_of_the_same_name_cannot_use_its_old_fence() {
     );
 
     // The new grant's own fence renews and releases it.
-    let renewed = Lock {
-        expires_at: NOW + 200,
-        ..new.clone()
+    let renewed = {
+        let mut lock = new.clone();
+        lock.expires_at = NOW + 200;
+        lock
     };
     assert_eq!(
         one(locks::renew(
@@ -415,24 +413,22 @@ async fn promote_flips_at_most_its_limit_of_due_jobs_earliest_first() {
 }
 
 fn schedule(name: &str, next_fire_at: i64, enabled: bool) -> Schedule {
-    Schedule {
-        name: name.into(),
-        spec: "@every 1m".into(),
-        every_s: 60,
-        queue: "q".into(),
-        payload: name.as_bytes().to_vec(),
-        opts: ScheduleOpts {
-            priority: 0,
-            max_attempts: 1,
-            visibility_timeout_s: 10,
-            backoff_base_s: 0,
-            dead_letter_retention_s: 10,
-            expires_s: None,
-        },
-        next_fire_at,
-        last_fired_at: None,
-        enabled,
-    }
+    let mut schedule = Schedule::default();
+    schedule.name = name.into();
+    schedule.spec = "@every 1m".into();
+    schedule.every_s = 60;
+    schedule.queue = "q".into();
+    schedule.payload = name.as_bytes().to_vec();
+    schedule.opts.priority = 0;
+    schedule.opts.max_attempts = 1;
+    schedule.opts.visibility_timeout_s = 10;
+    schedule.opts.backoff_base_s = 0;
+    schedule.opts.dead_letter_retention_s = 10;
+    schedule.opts.expires_s = None;
+    schedule.next_fire_at = next_fire_at;
+    schedule.last_fired_at = None;
+    schedule.enabled = enabled;
+    schedule
 }
 
 /// The due scan: enabled schedules whose boundary has come, earliest first,

@@ -15,8 +15,8 @@ use schema_gen::statements::{
 };
 use schema_model::{
     ConsumedEvent, ConsumedEvents, ConsumerOffset, DeadJob, DeadJobs, Job, Jobs, Lock, Locks,
-    QueueOpts, Schedule, ScheduleOpts, Schedules, SchemaName, StreamEvent, StreamEvents,
-    StreamOffsets, TableModel,
+    QueueOpts, Schedule, Schedules, SchemaName, StreamEvent, StreamEvents, StreamOffsets,
+    TableModel,
 };
 use tokio_postgres::Client;
 
@@ -48,25 +48,24 @@ async fn count(client: &Client, statement: &Statement) -> u64 {
 }
 
 fn opts() -> QueueOpts {
-    QueueOpts {
-        visibility_timeout_s: 30,
-        max_attempts: 2,
-        backoff_base_s: 5,
-        dead_letter_retention_s: 600,
-    }
+    let mut opts = QueueOpts::default();
+    opts.visibility_timeout_s = 30;
+    opts.max_attempts = 2;
+    opts.backoff_base_s = 5;
+    opts.dead_letter_retention_s = 600;
+    opts
 }
 
 fn job(queue: &str, payload: &[u8], priority: i32, run_at: i64) -> Job {
-    Job {
-        queue: queue.into(),
-        payload: payload.to_vec(),
-        priority,
-        run_at,
-        expires_at: Some(NOW + 10_000 + i64::from(priority)),
-        enqueued_at: NOW - 7,
-        opts: opts(),
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = payload.to_vec();
+    job.priority = priority;
+    job.run_at = run_at;
+    job.expires_at = Some(NOW + 10_000 + i64::from(priority));
+    job.enqueued_at = NOW - 7;
+    job.opts = opts();
+    job
 }
 
 async fn enqueue(client: &Client, schema: &SchemaName, job: &Job) -> i64 {
@@ -132,12 +131,13 @@ async fn jobs_and_dead_jobs_round_trip_byte_for_byte() {
     let claimed = claim(&client, &schema, "rt", "w1", NOW).await;
     assert_eq!(claimed.len(), written.len());
     for job in &written {
-        let expected = Job {
-            attempts: 1,
-            worker_id: Some("w1".into()),
-            claimed_at: Some(NOW),
-            claim_expires_at: Some(NOW + 30),
-            ..job.clone()
+        let expected = {
+            let mut job = job.clone();
+            job.attempts = 1;
+            job.worker_id = Some("w1".into());
+            job.claimed_at = Some(NOW);
+            job.claim_expires_at = Some(NOW + 30);
+            job
         };
         let got = claimed
             .iter()
@@ -178,19 +178,21 @@ async fn jobs_and_dead_jobs_round_trip_byte_for_byte() {
         .collect();
     assert_eq!(
         swept,
-        [DeadJob {
-            id: first.id,
-            queue: first.queue.clone(),
-            payload: first.payload.clone(),
-            priority: first.priority,
-            run_at: NOW,
-            enqueued_at: first.enqueued_at,
-            opts: first.opts.clone(),
-            attempts: 2,
-            worker_id: Some("w2".into()),
-            claimed_at: Some(NOW + 1),
-            last_error: Some("poison".into()),
-            died_at: NOW + 2,
+        [{
+            let mut dead = DeadJob::default();
+            dead.id = first.id;
+            dead.queue = first.queue.clone();
+            dead.payload = first.payload.clone();
+            dead.priority = first.priority;
+            dead.run_at = NOW;
+            dead.enqueued_at = first.enqueued_at;
+            dead.opts = first.opts.clone();
+            dead.attempts = 2;
+            dead.worker_id = Some("w2".into());
+            dead.claimed_at = Some(NOW + 1);
+            dead.last_error = Some("poison".into());
+            dead.died_at = NOW + 2;
+            dead
         }]
     );
 }
@@ -205,12 +207,13 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
 
     let mut events = Vec::new();
     for (n, payload) in PAYLOADS.iter().enumerate() {
-        let mut event = StreamEvent {
-            stream: "orders".into(),
-            key: (n % 2 == 0).then(|| format!("key-{n}")),
-            payload: payload.to_vec(),
-            created_at: NOW + n as i64,
-            ..StreamEvent::default()
+        let mut event = {
+            let mut event = StreamEvent::default();
+            event.stream = "orders".into();
+            event.key = (n % 2 == 0).then(|| format!("key-{n}"));
+            event.payload = payload.to_vec();
+            event.created_at = NOW + n as i64;
+            event
         };
         event.id = run(&client, &streams::append(&schema, &event)).await[0].get(0);
         events.push(event);
@@ -237,11 +240,7 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
     .await;
     assert_eq!(in_commit_order, events);
 
-    let offset = ConsumerOffset {
-        stream: "orders".into(),
-        consumer: "billing".into(),
-        offset: events[2].id,
-    };
+    let offset = ConsumerOffset::new("orders", "billing", events[2].id);
     assert_eq!(
         count(&client, &streams::checkpoint(&schema, &offset)).await,
         1
@@ -253,23 +252,23 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
     .await;
     assert_eq!(stored, Some(offset));
 
-    let schedule = Schedule {
-        name: "nightly".into(),
-        spec: "@every 24h".into(),
-        every_s: 86_400,
-        queue: "reports".into(),
-        payload: PAYLOADS[2].to_vec(),
-        opts: ScheduleOpts {
-            priority: 4,
-            max_attempts: 3,
-            visibility_timeout_s: 60,
-            backoff_base_s: 10,
-            dead_letter_retention_s: 3600,
-            expires_s: Some(900),
-        },
-        next_fire_at: NOW,
-        last_fired_at: None,
-        enabled: true,
+    let schedule = {
+        let mut schedule = Schedule::default();
+        schedule.name = "nightly".into();
+        schedule.spec = "@every 24h".into();
+        schedule.every_s = 86_400;
+        schedule.queue = "reports".into();
+        schedule.payload = PAYLOADS[2].to_vec();
+        schedule.opts.priority = 4;
+        schedule.opts.max_attempts = 3;
+        schedule.opts.visibility_timeout_s = 60;
+        schedule.opts.backoff_base_s = 10;
+        schedule.opts.dead_letter_retention_s = 3600;
+        schedule.opts.expires_s = Some(900);
+        schedule.next_fire_at = NOW;
+        schedule.last_fired_at = None;
+        schedule.enabled = true;
+        schedule
     };
     let registered: Option<Schedule> = one(&client, &schedules::register(&schema, &schedule)).await;
     assert_eq!(registered.as_ref(), Some(&schedule));
@@ -287,16 +286,13 @@ async fn stream_events_checkpoints_schedules_locks_and_ledger_entries_round_trip
         ("ticker", "node-a", NOW + 30)
     );
 
-    let entry = ConsumedEvent {
-        consumer: "billing".into(),
-        event_id: "evt-\u{e9}-1".into(),
-        consumed_at: NOW,
-    };
+    let entry = ConsumedEvent::new("billing", "evt-\u{e9}-1", NOW);
     let first: Option<ConsumedEvent> = one(&client, &consumed_events::claim(&schema, &entry)).await;
     assert_eq!(first.as_ref(), Some(&entry), "a new event is claimed");
-    let later = ConsumedEvent {
-        consumed_at: NOW + 5,
-        ..entry.clone()
+    let later = {
+        let mut entry = entry.clone();
+        entry.consumed_at = NOW + 5;
+        entry
     };
     let duplicate: Option<ConsumedEvent> =
         one(&client, &consumed_events::claim(&schema, &later)).await;
@@ -392,58 +388,37 @@ async fn a_row_missing_a_column_or_holding_another_type_is_refused_naming_it() {
     enqueue(&client, &schema, &j).await;
     run(
         &client,
-        &streams::append(
-            &schema,
-            &StreamEvent {
-                stream: "s".into(),
-                ..StreamEvent::default()
-            },
-        ),
+        &streams::append(&schema, &{
+            let mut event = StreamEvent::default();
+            event.stream = "s".into();
+            event
+        }),
     )
     .await;
     run(
         &client,
-        &streams::checkpoint(
-            &schema,
-            &ConsumerOffset {
-                stream: "s".into(),
-                consumer: "c".into(),
-                offset: 1,
-            },
-        ),
+        &streams::checkpoint(&schema, &ConsumerOffset::new("s", "c", 1)),
     )
     .await;
     run(
         &client,
-        &schedules::register(
-            &schema,
-            &Schedule {
-                name: "n".into(),
-                spec: "@every 1s".into(),
-                every_s: 1,
-                queue: "q".into(),
-                opts: ScheduleOpts {
-                    max_attempts: 1,
-                    visibility_timeout_s: 1,
-                    dead_letter_retention_s: 1,
-                    ..ScheduleOpts::default()
-                },
-                ..Schedule::default()
-            },
-        ),
+        &schedules::register(&schema, &{
+            let mut schedule = Schedule::default();
+            schedule.name = "n".into();
+            schedule.spec = "@every 1s".into();
+            schedule.every_s = 1;
+            schedule.queue = "q".into();
+            schedule.opts.max_attempts = 1;
+            schedule.opts.visibility_timeout_s = 1;
+            schedule.opts.dead_letter_retention_s = 1;
+            schedule
+        }),
     )
     .await;
     run(&client, &locks::acquire(&schema, "l", "o", NOW, NOW)).await;
     run(
         &client,
-        &consumed_events::claim(
-            &schema,
-            &ConsumedEvent {
-                consumer: "c".into(),
-                event_id: "e".into(),
-                consumed_at: 1,
-            },
-        ),
+        &consumed_events::claim(&schema, &ConsumedEvent::new("c", "e", 1)),
     )
     .await;
 
@@ -759,23 +734,23 @@ async fn a_schedule_boundary_is_advanced_once() {
     }
     let client = harness::connect().await;
     let schema = engine_schema(&client, "ticks").await;
-    let schedule = Schedule {
-        name: "s".into(),
-        spec: "@every 1m".into(),
-        every_s: 60,
-        queue: "q".into(),
-        payload: b"p".to_vec(),
-        opts: ScheduleOpts {
-            priority: 0,
-            max_attempts: 1,
-            visibility_timeout_s: 10,
-            backoff_base_s: 0,
-            dead_letter_retention_s: 10,
-            expires_s: None,
-        },
-        next_fire_at: NOW,
-        last_fired_at: None,
-        enabled: true,
+    let schedule = {
+        let mut schedule = Schedule::default();
+        schedule.name = "s".into();
+        schedule.spec = "@every 1m".into();
+        schedule.every_s = 60;
+        schedule.queue = "q".into();
+        schedule.payload = b"p".to_vec();
+        schedule.opts.priority = 0;
+        schedule.opts.max_attempts = 1;
+        schedule.opts.visibility_timeout_s = 10;
+        schedule.opts.backoff_base_s = 0;
+        schedule.opts.dead_letter_retention_s = 10;
+        schedule.opts.expires_s = None;
+        schedule.next_fire_at = NOW;
+        schedule.last_fired_at = None;
+        schedule.enabled = true;
+        schedule
     };
     run(&client, &schedules::register(&schema, &schedule)).await;
     let seen: Schedule = one(&client, &schedules::due(&schema, NOW, 10))
@@ -788,10 +763,11 @@ async fn a_schedule_boundary_is_advanced_once() {
     .await;
     assert_eq!(
         first,
-        Some(Schedule {
-            next_fire_at: NOW + 60,
-            last_fired_at: Some(NOW),
-            ..schedule.clone()
+        Some({
+            let mut schedule = schedule.clone();
+            schedule.next_fire_at = NOW + 60;
+            schedule.last_fired_at = Some(NOW);
+            schedule
         })
     );
     let second: Option<Schedule> = one(
@@ -807,19 +783,21 @@ async fn a_schedule_boundary_is_advanced_once() {
     );
 
     // Registering again replaces the definition and keeps the firing state.
-    let changed = Schedule {
-        spec: "@every 2m".into(),
-        every_s: 120,
-        next_fire_at: 0,
-        ..schedule.clone()
+    let changed = {
+        let mut schedule = schedule.clone();
+        schedule.spec = "@every 2m".into();
+        schedule.every_s = 120;
+        schedule.next_fire_at = 0;
+        schedule
     };
     let stored: Option<Schedule> = one(&client, &schedules::register(&schema, &changed)).await;
     assert_eq!(
         stored,
-        Some(Schedule {
-            next_fire_at: NOW + 60,
-            last_fired_at: Some(NOW),
-            ..changed
+        Some({
+            let mut schedule = changed;
+            schedule.next_fire_at = NOW + 60;
+            schedule.last_fired_at = Some(NOW);
+            schedule
         })
     );
 }
@@ -832,11 +810,7 @@ async fn the_checkpoint_only_moves_forward() {
     }
     let client = harness::connect().await;
     let schema = engine_schema(&client, "offsets").await;
-    let at = |offset| ConsumerOffset {
-        stream: "s".into(),
-        consumer: "c".into(),
-        offset,
-    };
+    let at = |offset| ConsumerOffset::new("s", "c", offset);
     for (offset, moved) in [(5_i64, 1), (9, 1), (3, 0), (9, 0), (12, 1), (1, 0)] {
         assert_eq!(
             count(&client, &streams::checkpoint(&schema, &at(offset))).await,
@@ -873,9 +847,10 @@ async fn batches_enqueue_and_ack_like_their_single_job_statements() {
     let mut batch: Vec<Job> = PAYLOADS
         .iter()
         .enumerate()
-        .map(|(n, payload)| Job {
-            expires_at: (n % 2 == 0).then_some(NOW + n as i64),
-            ..job("b", payload, n as i32, NOW - n as i64)
+        .map(|(n, payload)| {
+            let mut job = job("b", payload, n as i32, NOW - n as i64);
+            job.expires_at = (n % 2 == 0).then_some(NOW + n as i64);
+            job
         })
         .collect();
     batch.push(job("b", b"later", 9, NOW + 60));
@@ -900,16 +875,14 @@ async fn batches_enqueue_and_ack_like_their_single_job_statements() {
             .iter()
             .find(|c| c.id == job.id)
             .unwrap_or_else(|| panic!("job {} not claimed", job.id));
-        assert_eq!(
-            got,
-            &Job {
-                attempts: 1,
-                worker_id: Some("w".into()),
-                claimed_at: Some(NOW),
-                claim_expires_at: Some(NOW + 30),
-                ..job.clone()
-            }
-        );
+        assert_eq!(got, &{
+            let mut job = job.clone();
+            job.attempts = 1;
+            job.worker_id = Some("w".into());
+            job.claimed_at = Some(NOW);
+            job.claim_expires_at = Some(NOW + 30);
+            job
+        });
     }
     // One token is stale (wrong attempts): the batch ack leaves that job.
     let mut tokens: Vec<(i64, i32)> = claimed.iter().map(|j| (j.id, j.attempts)).collect();

@@ -29,7 +29,8 @@ use harness::upgrade::{
     ready_is_derived_from_run_at, run_contract, run_upgrade, status, within,
 };
 use harness::{exec, rows};
-use schema_gen::upgrade::{self, Action, Phase, Progress, Step, UpgradeOptions, VersionState};
+use schema_gen::check::VersionState;
+use schema_gen::upgrade::{self, Action, Phase, Progress, Step, UpgradeOptions};
 use schema_model::SchemaName;
 use schema_model::history::MODEL_VERSION;
 use tokio_postgres::Client;
@@ -1326,6 +1327,8 @@ fn fabricated(
         number,
         release: "a test",
         shipped: Some(schema_model::history::Shipped {
+            number,
+            release: "a test",
             schema_sql: "",
             describe_json: Box::leak(json.into_boxed_str()),
             statements_json: "",
@@ -1357,7 +1360,7 @@ fn the_planner_refuses_what_it_cannot_carry_online_and_checks_its_plan() {
     let plan = |old: &[schema_model::TableDescription],
                 new: &[schema_model::TableDescription],
                 hints: UpgradeHints| {
-        upgrade::plan::plan(
+        schema_gen::versions::plan::plan(
             &fabricated(7, old, UpgradeHints::default()),
             &fabricated(8, new, hints),
         )
@@ -1387,13 +1390,15 @@ fn the_planner_refuses_what_it_cannot_carry_online_and_checks_its_plan() {
         }
     };
     let long = "jobs_an_index_whose_name_leaves_no_room_for_a_suffix_of_seven";
-    let cases: Vec<(
-        &str,
+    /// What is changed, the old and new tables, the hints, the words expected.
+    type Case = (
+        &'static str,
         Vec<schema_model::TableDescription>,
         Vec<schema_model::TableDescription>,
         UpgradeHints,
-        &str,
-    )> = vec![
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
         (
             "a changed type",
             model.clone(),
@@ -1548,7 +1553,7 @@ fn a_contract_must_precede_an_expand_that_touches_what_it_changes() {
         table: "jobs".into(),
         action,
     };
-    let pending = upgrade::VersionPlan {
+    let pending = schema_gen::versions::VersionPlan {
         from: 1,
         to: 2,
         expand: Vec::new(),
@@ -1559,7 +1564,7 @@ fn a_contract_must_precede_an_expand_that_touches_what_it_changes() {
             },
         )],
     };
-    let next = |index: &str| upgrade::VersionPlan {
+    let next = |index: &str| schema_gen::versions::VersionPlan {
         from: 2,
         to: 3,
         expand: vec![step(

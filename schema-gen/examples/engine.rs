@@ -74,26 +74,23 @@ pub async fn run(
     session.prepare_all().await?;
 
     // Enqueue three jobs: two due now, one scheduled five seconds later.
-    let opts = QueueOpts {
-        visibility_timeout_s: 30,
-        max_attempts: 3,
-        backoff_base_s: 10,
-        dead_letter_retention_s: 86_400,
-    };
+    // The value shapes are not exhaustive (a later release may add a
+    // field): start from a constructor or the default, then set fields.
+    let mut opts = QueueOpts::default();
+    opts.visibility_timeout_s = 30;
+    opts.max_attempts = 3;
+    opts.backoff_base_s = 10;
+    opts.dead_letter_retention_s = 86_400;
     let mut enqueued = Vec::new();
     for (payload, run_at) in [
         (&b"welcome"[..], now),
         (b"invoice", now),
         (b"reminder", now + 5),
     ] {
-        let job = Job {
-            queue: "mail".into(),
-            payload: payload.to_vec(),
-            run_at,
-            enqueued_at: now,
-            opts: opts.clone(),
-            ..Job::default()
-        };
+        let mut job = Job::new("mail", payload);
+        job.run_at = run_at;
+        job.enqueued_at = now;
+        job.opts = opts.clone();
         let id: i64 = session.run(&jobs::Enqueue { job: &job, now }).await?;
         enqueued.push(id);
     }

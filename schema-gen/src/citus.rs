@@ -1,23 +1,26 @@
-//! The live side of [`Layout::CitusSchemaSharding`]: whether the server can
-//! take the layout (Citus installed, and this node its coordinator), and
-//! how the family is distributed there (`pg_dist_schema`,
-//! `pg_dist_partition`), compared with the model.
+//! The live side of [`Layout::CitusSchemaSharding`], without I/O: the one
+//! question ([`statement`]) that asks a server whether it can take the
+//! layout (Citus installed, and this node its coordinator) and how the
+//! family is distributed there (`pg_dist_schema`, `pg_dist_partition`),
+//! its answer decoded ([`decode`]), the refusal of a node that cannot take
+//! the layout ([`CitusNode::refusal`]), and the comparison with the model
+//! ([`compare`]). `check` asks the question in the same round trip as the
+//! catalog read ([`crate::check`]).
 //!
 //! Under a single-server layout nothing here runs: a plain server has no
 //! Citus catalogs, and `check` without `--layout citus` never reads them.
 
-use tokio_postgres::Client;
+use serde::Deserialize;
 
 use schema_model::{Layout, SchemaName, TableDescription, TableDistribution};
 
-use crate::Options;
 use crate::difference::Difference;
-use crate::error::{Context, Error, ErrorKind, Step, classify};
-use crate::render;
+use crate::error::{Error, ErrorKind};
+use crate::render::{self, quote_literal};
 
 /// How one table of the engine schema is placed, as `pg_dist_partition`
 /// says (`None` fields: the table is not a Citus table).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct LiveTableDistribution {
     /// The table's name.
     pub table: String,
@@ -34,126 +37,141 @@ pub struct LiveTableDistribution {
 }
 
 /// The distribution of the engine schema's tables.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct LiveDistribution {
     /// The colocation group of the schema when it is a distributed schema
     /// (`pg_dist_schema`), `None` otherwise.
     pub schema_colocation: Option<i32>,
-    /// Every table of the schema.
+    /// Every table of the schema, by name.
     pub tables: Vec<LiveTableDistribution>,
 }
 
-/// Refuses a server that cannot take `layout`, before anything is read or
-/// changed: under [`Layout::CitusSchemaSharding`], one without the `citus`
-/// extension, or a Citus node that is not the coordinator (a worker: tables
-/// created there would be local to it, and its sequences and transaction
-/// ids are not the coordinator's). One round trip per question, bounded by
-/// `options`; nothing at all under [`Layout::SingleServer`].
+/// What a server says about Citus, for one engine schema.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CitusNode {
+    /// The `citus` extension's version, `None` without it.
+    pub version: Option<String>,
+    /// On a Citus node: whether it is the coordinator, and how the schema's
+    /// tables are distributed.
+    pub node: Option<NodeState>,
+}
+
+/// What a Citus node says.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct NodeState {
+    /// `citus_is_coordinator()`.
+    pub coordinator: bool,
+    /// How the schema's tables are distributed.
+    pub distribution: LiveDistribution,
+}
+
+/// The one `SELECT` (one row, one JSON text) that asks a server about
+/// Citus for `schema`; it runs on any server. The questions that need
+/// Citus's catalogs and functions are dynamic SQL (`query_to_xml`, decoded
+/// by `XMLTABLE`) that runs only when the extension is there, so a plain
+/// server answers `{"version": null, "node": null}` instead of failing to
+/// parse the statement.
+///
+/// ```
+/// use schema_gen::citus::statement;
+/// use schema_model::SchemaName;
+///
+/// let sql = statement(&SchemaName::new("alk").unwrap());
+/// assert!(sql.starts_with("SELECT pg_catalog.json_build_object("), "{sql}");
+/// assert!(sql.contains("nspname = ''alk''"), "{sql}");
+/// ```
+pub fn statement(schema: &SchemaName) -> String {
+    let name = quote_literal(schema.as_str());
+    let node = format!(
+        "SELECT pg_catalog.json_build_object(\
+         'coordinator', pg_catalog.citus_is_coordinator(), \
+         'distribution', pg_catalog.json_build_object(\
+           'schema_colocation', (SELECT ds.colocationid FROM pg_catalog.pg_namespace n \
+             JOIN pg_catalog.pg_dist_schema ds ON ds.schemaid = n.oid WHERE n.nspname = {name}), \
+           'tables', COALESCE((SELECT pg_catalog.json_agg(pg_catalog.json_build_object(\
+             'table', c.relname, 'method', p.partmethod::text, \
+             'column', CASE WHEN p.partmethod = 'h' \
+               THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END, \
+             'colocation', p.colocationid, 'replication', p.repmodel::text) ORDER BY c.relname) \
+             FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid = c.oid \
+             WHERE n.nspname = {name} AND c.relkind IN ('r', 'p')), '[]'::json)))::text AS doc"
+    );
+    format!(
+        "SELECT pg_catalog.json_build_object('version', e.extversion, 'node', \
+         CASE WHEN e.extversion IS NOT NULL THEN (\
+           SELECT x.doc::json FROM XMLTABLE('/table/row' \
+             PASSING pg_catalog.query_to_xml({}, false, false, '') \
+             COLUMNS doc text PATH 'doc') x) END)::text \
+         FROM (SELECT (SELECT extversion FROM pg_catalog.pg_extension \
+                       WHERE extname = 'citus') AS extversion) e",
+        quote_literal(&node)
+    )
+}
+
+/// Decodes the answer to [`statement`].
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Layout`] naming what the server is and what to do;
-/// [`ErrorKind::Connection`] / [`ErrorKind::Query`] when asking fails.
-pub async fn probe(
-    client: &Client,
-    schema: &SchemaName,
-    layout: Layout,
-    options: &Options,
-) -> Result<(), Error> {
-    if !layout.is_citus() {
-        return Ok(());
-    }
-    let installed = scalar(
-        client,
-        schema,
-        options,
-        "SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'citus')",
-    )
-    .await?;
-    let Some(version) = installed else {
-        return Err(ErrorKind::Layout {
-            schema: schema.clone(),
-            layout,
-            reason: "the server has no `citus` extension (this is not a Citus node): run it on \
-                     the coordinator of a Citus cluster, or leave out `--layout citus` for a \
-                     single server; nothing was changed"
-                .to_owned(),
+/// [`ErrorKind::UndecodableReply`] when it does not decode.
+pub fn decode(answer: Option<&str>, schema: &SchemaName) -> Result<CitusNode, Error> {
+    let undecodable = |detail: String| -> Error {
+        ErrorKind::UndecodableReply {
+            what: format!("the Citus distribution of schema {schema}"),
+            detail,
         }
-        .into());
+        .into()
     };
-    let coordinator = scalar(
-        client,
-        schema,
-        options,
-        "SELECT citus_is_coordinator()::text",
-    )
-    .await?;
-    if coordinator.as_deref() != Some("true") {
-        return Err(ErrorKind::Layout {
-            schema: schema.clone(),
-            layout,
-            reason: format!(
+    let text = answer.ok_or_else(|| undecodable("the server returned no row".to_owned()))?;
+    let mut node: CitusNode =
+        serde_json::from_str(text).map_err(|err| undecodable(err.to_string()))?;
+    if let Some(state) = &mut node.node {
+        state
+            .distribution
+            .tables
+            .sort_by(|a, b| a.table.cmp(&b.table));
+    }
+    Ok(node)
+}
+
+impl CitusNode {
+    /// The refusal of a node that cannot take the Citus layout: one without
+    /// the `citus` extension, or a Citus node that is not the coordinator (a
+    /// worker: tables created there would be local to it, and its sequences
+    /// and transaction ids are not the coordinator's). `None` on a
+    /// coordinator.
+    pub fn refusal(&self, schema: &SchemaName) -> Option<Error> {
+        let reason = match (&self.version, &self.node) {
+            (None, _) | (Some(_), None) => "the server has no `citus` extension (this is not a \
+                 Citus node): run it on the coordinator of a Citus cluster, or leave out \
+                 `--layout citus` for a single server; nothing was changed"
+                .to_owned(),
+            (Some(_), Some(state)) if state.coordinator => return None,
+            (Some(version), Some(_)) => format!(
                 "this node runs Citus {version} but is a worker, not the coordinator: connect \
                  to the coordinator (tables created on a worker are local to it, and its \
                  transaction ids and sequences are not the cluster's); nothing was changed"
             ),
-        }
-        .into());
+        };
+        Some(
+            ErrorKind::Layout {
+                schema: schema.clone(),
+                layout: Layout::CitusSchemaSharding,
+                reason,
+            }
+            .into(),
+        )
     }
-    Ok(())
+
+    /// How the schema's tables are distributed (on a Citus node).
+    pub fn distribution(&self) -> Option<&LiveDistribution> {
+        self.node.as_ref().map(|state| &state.distribution)
+    }
 }
 
-/// The statement [`read`] runs: the schema's colocation group, then one row
-/// per table of the schema.
-const READ: &str = "\
-SELECT NULL::text AS relname, NULL::text, NULL::text, ds.colocationid, NULL::text \
-FROM pg_catalog.pg_namespace n JOIN pg_dist_schema ds ON ds.schemaid = n.oid \
-WHERE n.nspname = $1 \
-UNION ALL \
-SELECT c.relname::text, p.partmethod::text, \
-       CASE WHEN p.partmethod = 'h' THEN column_to_column_name(p.logicalrelid, p.partkey) END, \
-       p.colocationid, p.repmodel::text \
-FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-LEFT JOIN pg_dist_partition p ON p.logicalrelid = c.oid \
-WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')";
-
-/// Reads how the tables of `schema` are distributed (on a node [`probe`]
-/// accepted), in one round trip bounded by `options`.
-///
-/// # Errors
-///
-/// [`ErrorKind::Connection`] / [`ErrorKind::Query`] when the read fails.
-pub async fn read(
-    client: &Client,
-    schema: &SchemaName,
-    options: &Options,
-) -> Result<LiveDistribution, Error> {
-    let rows = bounded(client, schema, options, async |client: &Client| {
-        client.query(READ, &[&schema.as_str()]).await
-    })
-    .await?;
-    let mut live = LiveDistribution {
-        schema_colocation: None,
-        tables: Vec::new(),
-    };
-    for row in rows {
-        match row.get::<_, Option<String>>(0) {
-            None => live.schema_colocation = row.get(3),
-            Some(table) => live.tables.push(LiveTableDistribution {
-                table,
-                method: row.get(1),
-                column: row.get(2),
-                colocation: row.get(3),
-                replication: row.get(4),
-            }),
-        }
-    }
-    live.tables.sort_by(|a, b| a.table.cmp(&b.table));
-    Ok(live)
-}
-
-/// The differences between how the family is distributed and how `layout`
-/// places it: the schema that is not a distributed schema, then each model
+/// The differences between how the family is distributed and how the Citus
+/// layout places it: the schema that is not a distributed schema, then each model
 /// table that exists and is placed otherwise (a plain table, a hash- or
 /// otherwise distributed table, a reference table, a single-shard table of
 /// another colocation group). Missing tables are the catalog comparison's
@@ -162,7 +180,7 @@ pub async fn read(
 /// ```
 /// use schema_gen::citus::{LiveDistribution, LiveTableDistribution, compare};
 /// use schema_gen::verify::Difference;
-/// use schema_model::{Layout, SchemaName, engine_family};
+/// use schema_model::{SchemaName, engine_family};
 ///
 /// let schema = SchemaName::new("alk").unwrap();
 /// let model = engine_family();
@@ -177,12 +195,12 @@ pub async fn read(
 ///     schema_colocation: Some(4),
 ///     tables: model.iter().map(|t| shard(&t.name)).collect(),
 /// };
-/// assert_eq!(compare(&live, &schema, &model, Layout::CitusSchemaSharding), []);
+/// assert_eq!(compare(&live, &schema, &model), []);
 /// live.tables[0].method = Some("h".into());
 /// live.tables[0].column = Some("queue".into());
 /// live.tables[0].colocation = Some(7);
 /// assert_eq!(
-///     compare(&live, &schema, &model, Layout::CitusSchemaSharding)[0].to_string(),
+///     compare(&live, &schema, &model)[0].to_string(),
 ///     "jobs is a hash-distributed table on column queue (colocation group 7), \
 ///      layout citus says a single-shard table of schema alk's colocation group 4"
 /// );
@@ -191,16 +209,12 @@ pub fn compare(
     live: &LiveDistribution,
     schema: &SchemaName,
     model: &[TableDescription],
-    layout: Layout,
 ) -> Vec<Difference> {
+    let layout = Layout::CitusSchemaSharding;
     let mut out = Vec::new();
-    if !layout.is_citus() {
-        return out;
-    }
     if live.schema_colocation.is_none() {
         out.push(Difference::UndistributedSchema {
             schema: schema.to_string(),
-            layout: layout.name().to_owned(),
             remedy: render::layout_statements(schema, layout)
                 .first()
                 .map(|s| s.sql.clone())
@@ -211,7 +225,7 @@ pub fn compare(
         let Some(found) = live.tables.iter().find(|t| t.table == table.name) else {
             continue;
         };
-        let expected = match layout.distribution(&table.name) {
+        let expected = match layout.distribution() {
             TableDistribution::Local => continue,
             TableDistribution::SchemaShard => live.schema_colocation,
         };
@@ -229,7 +243,6 @@ pub fn compare(
                     ),
                     None => format!("a single-shard table of distributed schema {schema}"),
                 },
-                layout: layout.name().to_owned(),
             });
         }
     }
@@ -255,80 +268,4 @@ fn placement_words(found: &LiveTableDistribution) -> String {
             replication.unwrap_or("?")
         ),
     }
-}
-
-/// Runs `query` in a transaction of its own bounded by `options` (`BEGIN`
-/// and the `SET LOCAL` bounds, the query, `COMMIT`), so nothing outlives it.
-async fn bounded<T>(
-    client: &Client,
-    schema: &SchemaName,
-    options: &Options,
-    query: impl AsyncFnOnce(&Client) -> Result<T, tokio_postgres::Error>,
-) -> Result<T, Error> {
-    let step = Step {
-        doing: format!("reading the Citus distribution of schema {schema}"),
-        ..Step::default()
-    };
-    let context = Context {
-        role: "the current role".to_owned(),
-        schema: schema.clone(),
-    };
-    let fail = |err| classify(err, &step, &context);
-    client
-        .batch_execute(&format!("BEGIN; {}", render::bounds_statement(options)))
-        .await
-        .map_err(fail)?;
-    match query(client).await {
-        Ok(value) => {
-            client.batch_execute("COMMIT").await.map_err(fail)?;
-            Ok(value)
-        }
-        Err(err) => {
-            // A failed ROLLBACK means the connection is gone, which rolls
-            // back too.
-            let _ = client.batch_execute("ROLLBACK").await;
-            Err(fail(err))
-        }
-    }
-}
-
-async fn scalar(
-    client: &Client,
-    schema: &SchemaName,
-    options: &Options,
-    sql: &str,
-) -> Result<Option<String>, Error> {
-    let rows = bounded(client, schema, options, async |client: &Client| {
-        client.query(sql, &[]).await
-    })
-    .await?;
-    Ok(rows.first().and_then(|row| row.get(0)))
-}
-
-/// Under a Citus `options.layout`, on a node [`probe`] accepted: [`read`]
-/// and [`compare`] for a schema that exists (`exists`); nothing under a
-/// single server.
-///
-/// # Errors
-///
-/// As [`read`].
-pub async fn differences(
-    client: &Client,
-    schema: &SchemaName,
-    options: &Options,
-    exists: bool,
-) -> Result<Vec<Difference>, Error> {
-    if !options.layout.is_citus() {
-        return Ok(Vec::new());
-    }
-    if !exists {
-        return Ok(Vec::new());
-    }
-    let live = read(client, schema, options).await?;
-    Ok(compare(
-        &live,
-        schema,
-        &schema_model::engine_family(),
-        options.layout,
-    ))
 }

@@ -7,6 +7,11 @@ use std::fmt;
 
 use serde::Serialize;
 
+use schema_model::Layout;
+
+/// The layout the distribution differences are about, as the CLI names it.
+const CITUS: &str = Layout::CitusSchemaSharding.name();
+
 /// One way the live schema differs from the model.
 ///
 /// `Display` gives the sentence for a DBA, e.g.
@@ -268,17 +273,15 @@ pub enum Difference {
         /// The model's doc.
         expected: String,
     },
-    /// Under a Citus layout: the engine schema is not a distributed schema
-    /// (`pg_dist_schema` has no row for it).
+    /// Under the Citus layout: the engine schema is not a distributed
+    /// schema (`pg_dist_schema` has no row for it).
     UndistributedSchema {
         /// The schema's name.
         schema: String,
-        /// The layout the check ran under (`citus`).
-        layout: String,
         /// The call that distributes it, run on the coordinator.
         remedy: String,
     },
-    /// Under a Citus layout: a table of the model is placed otherwise than
+    /// Under the Citus layout: a table of the model is placed otherwise than
     /// the layout says (a local table, a hash-distributed or reference
     /// table, a single-shard table of another colocation group).
     TableDistribution {
@@ -288,8 +291,6 @@ pub enum Difference {
         found: String,
         /// How the layout places it, in words.
         expected: String,
-        /// The layout the check ran under (`citus`).
-        layout: String,
     },
 }
 
@@ -319,21 +320,16 @@ impl fmt::Display for Difference {
         match self {
             Self::MissingSchema { schema } => write!(f, "missing schema {schema}"),
             Self::MissingTable { table } => write!(f, "missing table {table}"),
-            Self::UndistributedSchema {
-                schema,
-                layout,
-                remedy,
-            } => write!(
+            Self::UndistributedSchema { schema, remedy } => write!(
                 f,
-                "schema {schema} is not a distributed schema, layout {layout} says it is one \
+                "schema {schema} is not a distributed schema, layout {CITUS} says it is one \
                  (`{remedy}` on the coordinator makes it one)"
             ),
             Self::TableDistribution {
                 table,
                 found,
                 expected,
-                layout,
-            } => write!(f, "{table} is {found}, layout {layout} says {expected}"),
+            } => write!(f, "{table} is {found}, layout {CITUS} says {expected}"),
             Self::ExtraRelation { name, what } => {
                 write!(f, "extra {what} {name} (not in the model)")
             }

@@ -7,6 +7,12 @@
 //! (with the row mapping of the value shapes): engine code runs it,
 //! `schema-gen statements` prints it, the tests prove it at scale.
 //!
+//! Where a database stands among the schema versions is decided in one
+//! place, without I/O ([`versions::verdict()`]); [`check`] reads a database
+//! in one round trip and asks it, and so do [`bootstrap()`] and
+//! [`upgrade`] (the upgrade executor and its dry run walk one
+//! [`versions::Itinerary`]). The README's "Layout" shows the floors.
+//!
 //! Against a live server: [`bootstrap()`] creates what is missing or proves,
 //! in one catalog read, that everything is there; [`verify()`] lists how a
 //! live schema differs from the model; both wait for a lock at most
@@ -22,8 +28,10 @@
 //! `schema_gen::schema_model` (names, tables, the typed identifiers), the
 //! schema name as [`SchemaName`], and the value shapes, with their fields,
 //! beside the statements ([`statements::Job`], ...). [`statements::Session`] prepares the
-//! statements once per connection and runs them typed; its docs hold a
-//! whole engine program (`examples/engine.rs`).
+//! statements once per physical connection (or sends them unnamed behind a
+//! transaction pooler, [`pooler`]) and runs them typed, on a connection of
+//! its own or a pool's ([`pool`]); its docs hold a whole engine program
+//! (`examples/engine.rs`).
 
 #![deny(missing_docs)]
 
@@ -42,6 +50,7 @@ pub use schema_model::SchemaName;
 
 pub mod bootstrap;
 pub mod catalog;
+pub mod check;
 pub mod citus;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -52,12 +61,16 @@ pub mod describe;
 pub mod difference;
 pub mod error;
 pub mod options;
+pub mod pool;
+pub mod pooler;
 pub mod render;
 pub mod statements;
 pub mod upgrade;
 pub mod verify;
+pub mod versions;
 
 pub use bootstrap::{Outcome, bootstrap, bootstrap_with};
+pub use check::{verify, verify_with};
 pub use error::{Error, ErrorKind};
 pub use options::Options;
-pub use verify::{Difference, verify, verify_with};
+pub use verify::Difference;

@@ -1,5 +1,5 @@
 //! [`Options`]: the bounds that [`bootstrap_with`](crate::bootstrap::bootstrap_with)
-//! and [`verify_with`](crate::verify::verify_with) run under, and the
+//! and [`verify_with`](crate::check::verify_with) run under, and the
 //! [`Layout`] they create and verify.
 
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub struct Options {
     /// session holding `ACCESS EXCLUSIVE` on an engine table, and the
     /// creating transaction at most this long for the bootstrap lock or a
     /// table lock. Then the call fails with
-    /// [`ErrorKind::LockTimeout`](crate::ErrorKind::LockTimeout), naming the
+    /// [`ErrorKind::LockTimeout`](crate::error::ErrorKind::LockTimeout), naming the
     /// lock and, where the role may see it, the session holding it.
     ///
     /// PostgreSQL reads `0` as "no limit", so a zero (or anything below a
@@ -45,7 +45,7 @@ pub struct Options {
     pub lock_timeout: Duration,
     /// Where the family lives ([`Layout::SingleServer`] by default). Under
     /// [`Layout::CitusSchemaSharding`], bootstrap refuses a server without
-    /// Citus or a worker ([`ErrorKind::Layout`](crate::ErrorKind::Layout)),
+    /// Citus or a worker ([`ErrorKind::Layout`](crate::error::ErrorKind::Layout)),
     /// creates the family as a distributed schema in its one transaction,
     /// and refuses a family distributed otherwise as drift; verification
     /// reports that as differences.
@@ -53,15 +53,20 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// [`DEFAULT_LOCK_TIMEOUT`](crate::render::DEFAULT_LOCK_TIMEOUT), 5 s:
+    /// [`DEFAULT_LOCK_TIMEOUT`], 5 s:
     /// the same bound the printed script sets.
     fn default() -> Self {
         Self {
-            lock_timeout: crate::render::DEFAULT_LOCK_TIMEOUT,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
             layout: Layout::SingleServer,
         }
     }
 }
+
+/// The default bound of every lock wait: of the printed script, of the
+/// creating transaction and of the steady-state catalog read
+/// ([`Options::default`]).
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How much longer than `lock_timeout` a statement of bootstrap or
 /// verification may run in all (`SET LOCAL statement_timeout`).
@@ -87,25 +92,136 @@ impl Options {
     /// `lock_timeout` as a PostgreSQL setting value (`5s`, `300ms`), clamped
     /// as [`Options::lock_timeout`] says.
     pub fn lock_timeout_setting(&self) -> String {
-        setting(self.lock_timeout_ms())
+        setting(clamped_ms(self.lock_timeout))
     }
 
     /// The `statement_timeout` of each statement: `lock_timeout` plus
     /// [`STATEMENT_ALLOWANCE`], as a setting value.
     pub fn statement_timeout_setting(&self) -> String {
-        setting((self.lock_timeout_ms() + STATEMENT_ALLOWANCE.as_millis()).min(MAX_TIMEOUT_MS))
+        setting(clamped_ms(
+            self.effective_lock_timeout() + STATEMENT_ALLOWANCE,
+        ))
     }
 
     /// The bound actually in force, after clamping.
     pub fn effective_lock_timeout(&self) -> Duration {
-        Duration::from_millis(u64::try_from(self.lock_timeout_ms()).unwrap_or(u64::MAX))
+        clamped(self.lock_timeout)
     }
 
-    fn lock_timeout_ms(&self) -> u128 {
-        // Round up: 1.5 ms must not become 1 ms, and 0 must not become "no limit".
-        let ms = self.lock_timeout.as_nanos().div_ceil(1_000_000);
-        ms.clamp(1, MAX_TIMEOUT_MS)
+    /// The bounds of every statement of bootstrap and verification: the
+    /// lock bound, and the statement bound
+    /// [`STATEMENT_ALLOWANCE`] above it.
+    pub fn bounds(&self) -> Bounds {
+        let lock = self.effective_lock_timeout();
+        Bounds::new(lock, lock + STATEMENT_ALLOWANCE)
     }
+}
+
+/// A `lock_timeout` and a `statement_timeout` for the statements that
+/// follow: the one place either setting is written as SQL. Each bound is
+/// clamped to what PostgreSQL takes (at least 1 ms, since 0 means "no
+/// limit"; at most [`MAX_LOCK_TIMEOUT`]), so no bound is ever lost or
+/// refused by the server.
+///
+/// ```
+/// use std::time::Duration;
+/// use schema_gen::options::Bounds;
+///
+/// let bounds = Bounds::new(Duration::from_secs(1), Duration::from_secs(11));
+/// assert_eq!(bounds.set_local(), "SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '11s'");
+/// assert_eq!(bounds.set_session(), "SET lock_timeout = '1s'; SET statement_timeout = '11s'");
+/// assert_eq!(Bounds::RESET, "RESET lock_timeout; RESET statement_timeout");
+/// assert_eq!(
+///     Bounds::new(Duration::ZERO, Duration::from_secs(u64::MAX)).set_local(),
+///     "SET LOCAL lock_timeout = '1ms'; SET LOCAL statement_timeout = '2147483647ms'"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The longest one lock wait may last (`lock_timeout`), if bounded here.
+    pub lock: Option<Duration>,
+    /// The longest one statement may run (`statement_timeout`), if bounded here.
+    pub statement: Option<Duration>,
+}
+
+impl Bounds {
+    /// Both bounds, each clamped.
+    pub fn new(lock: Duration, statement: Duration) -> Self {
+        Self {
+            lock: Some(clamped(lock)),
+            statement: Some(clamped(statement)),
+        }
+    }
+
+    /// A lock bound only (the printed bootstrap script's).
+    pub fn lock_only(lock: Duration) -> Self {
+        Self {
+            lock: Some(clamped(lock)),
+            statement: None,
+        }
+    }
+
+    /// A statement bound only (a question asked after a failure).
+    pub fn statement_only(statement: Duration) -> Self {
+        Self {
+            lock: None,
+            statement: Some(clamped(statement)),
+        }
+    }
+
+    /// `RESET` of both settings, after [`Bounds::set_session`].
+    pub const RESET: &'static str = "RESET lock_timeout; RESET statement_timeout";
+
+    /// `SET LOCAL ...`: the bounds of the current transaction (an explicit
+    /// one, or the implicit one of a multi-statement simple query), gone
+    /// with it.
+    pub fn set_local(&self) -> String {
+        self.set("SET LOCAL")
+    }
+
+    /// `SET ...`: the bounds of the session, for statements that cannot run
+    /// in a transaction block (`CONCURRENTLY`, `VACUUM`) or that run as many
+    /// transactions; [`Bounds::RESET`] ends them.
+    pub fn set_session(&self) -> String {
+        self.set("SET")
+    }
+
+    /// `lock_timeout` in PostgreSQL's words (`1s`), if bounded here.
+    pub fn lock_words(&self) -> Option<String> {
+        self.lock.map(duration_words)
+    }
+
+    /// `statement_timeout` in PostgreSQL's words (`11s`), if bounded here.
+    pub fn statement_words(&self) -> Option<String> {
+        self.statement.map(duration_words)
+    }
+
+    fn set(&self, verb: &str) -> String {
+        let lock = self
+            .lock_words()
+            .map(|words| format!("{verb} lock_timeout = '{words}'"));
+        let statement = self
+            .statement_words()
+            .map(|words| format!("{verb} statement_timeout = '{words}'"));
+        lock.into_iter()
+            .chain(statement)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// A duration as PostgreSQL takes it for a timeout: whole milliseconds,
+/// rounded up (1.5 ms must not become 1 ms, and 0 must not become "no
+/// limit"), at most [`MAX_LOCK_TIMEOUT`].
+fn clamped_ms(duration: Duration) -> u128 {
+    duration
+        .as_nanos()
+        .div_ceil(1_000_000)
+        .clamp(1, MAX_TIMEOUT_MS)
+}
+
+fn clamped(duration: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(clamped_ms(duration)).unwrap_or(u64::MAX))
 }
 
 /// A duration in PostgreSQL's words, to the millisecond: `5s`, `300ms`.

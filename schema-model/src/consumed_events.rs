@@ -64,7 +64,11 @@ impl TableModel for ConsumedEvents {
 }
 
 /// A ledger entry, as a consumer writes a [`ConsumedEvents`] row.
+///
+/// Not exhaustive: outside this crate, build it with
+/// [`ConsumedEvent::new`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConsumedEvent {
     /// Consumer name.
     pub consumer: String,
@@ -72,4 +76,15 @@ pub struct ConsumedEvent {
     pub event_id: String,
     /// Unix second of the claim.
     pub consumed_at: i64,
+}
+
+impl ConsumedEvent {
+    /// `consumer` took `event_id` at `consumed_at` (a unix second).
+    pub fn new(consumer: impl Into<String>, event_id: impl Into<String>, consumed_at: i64) -> Self {
+        Self {
+            consumer: consumer.into(),
+            event_id: event_id.into(),
+            consumed_at,
+        }
+    }
 }

@@ -7,7 +7,7 @@ use strum::EnumIter;
 
 use crate::jobs::QueueOpts;
 use crate::table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, Order, SqlType, TableModel,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexKey, SqlType, TableModel,
 };
 
 /// The `dead_jobs` table: one row per dead job, keyed by the id it had while live.
@@ -83,12 +83,11 @@ impl TableModel for DeadJobs {
     }
 
     fn indexes() -> Vec<IndexDef<Self>> {
-        vec![IndexDef {
-            name: "dead_jobs_purge_idx",
-            keys: vec![(Self::PurgeAt, Order::Asc)],
-            predicate: None,
-            doc: "Retention sweep: dead jobs whose own retention lapsed, oldest first.",
-        }]
+        vec![IndexDef::new(
+            "dead_jobs_purge_idx",
+            [IndexKey::asc(Self::PurgeAt)],
+            "Retention sweep: dead jobs whose own retention lapsed, oldest first.",
+        )]
     }
 
     fn checks() -> Vec<CheckDef<Self>> {
@@ -127,7 +126,12 @@ impl TableModel for DeadJobs {
 
 /// A dead job, as the engine writes a [`DeadJobs`] row (`purge_at` is
 /// computed by the database, so it is not a field).
+///
+/// Not exhaustive (a new column is not a breaking change for engines): the
+/// statements build it; outside this crate, start from
+/// [`DeadJob::default`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeadJob {
     /// The job's id, kept from `jobs`.
     pub id: i64,

@@ -9,7 +9,8 @@ use sea_query::{DynIden, PostgresQueryBuilder, QuotedBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::table::{
-    CheckRule, ColumnDefault, IndexPredicate, Order, StorageParameter, TableModel, TableVisitor,
+    CheckRule, ColumnDefault, IndexDef, IndexExpression, IndexKey, IndexPredicate, Order,
+    StorageParameter, TableModel, TableVisitor,
 };
 
 /// One table of the family.
@@ -301,28 +302,7 @@ impl TableDescription {
             name: format!("{table}_pkey"),
             definition: format!("PRIMARY KEY ({})", pk_columns.join(", ")),
         };
-        let indexes = T::indexes()
-            .into_iter()
-            .map(|index| {
-                let keys: Vec<String> = index
-                    .keys
-                    .iter()
-                    .map(|&(column, order)| match order {
-                        Order::Asc => col(column),
-                        Order::Desc => format!("{} DESC", col(column)),
-                    })
-                    .collect();
-                let predicate = index
-                    .predicate
-                    .map(|p| format!(" WHERE {}", index_predicate(&p)))
-                    .unwrap_or_default();
-                IndexDescription {
-                    name: index.name.to_owned(),
-                    definition: format!("USING btree ({}){predicate}", keys.join(", ")),
-                    doc: index.doc.to_owned(),
-                }
-            })
-            .collect();
+        let indexes = T::indexes().iter().map(IndexDescription::of).collect();
         let checks = T::checks()
             .into_iter()
             .map(|check| ConstraintDescription {
@@ -341,6 +321,61 @@ impl TableDescription {
                 .into_iter()
                 .map(StorageParameter::reloption)
                 .collect(),
+        }
+    }
+}
+
+impl IndexDescription {
+    /// Describes one index of table `T` the way `pg_get_indexdef` prints it
+    /// from ` USING ` on, `UNIQUE ` first for a unique index: its keys
+    /// (columns, and expressions such as `lower(queue)`, each `DESC` where
+    /// it descends) and its `WHERE` clause.
+    ///
+    /// ```
+    /// use schema_model::{IndexDef, IndexDescription, IndexKey, IndexPredicate, Jobs};
+    ///
+    /// let index = IndexDef::new(
+    ///     "i",
+    ///     [IndexKey::lower(Jobs::Queue), IndexKey::desc(Jobs::Priority)],
+    ///     "doc",
+    /// )
+    /// .unique()
+    /// .partial(IndexPredicate::IsNotNull(Jobs::ClaimedAt));
+    /// assert_eq!(
+    ///     IndexDescription::of(&index).definition,
+    ///     "UNIQUE USING btree (lower(queue), priority DESC) WHERE (claimed_at IS NOT NULL)"
+    /// );
+    /// ```
+    pub fn of<T: TableModel>(index: &IndexDef<T>) -> Self {
+        let keys: Vec<String> = index
+            .keys
+            .iter()
+            .map(|key| {
+                let (text, order) = match *key {
+                    IndexKey::Column(column, order) => (col(column), order),
+                    IndexKey::Expression(IndexExpression::Lower(column), order) => {
+                        (format!("lower({})", col(column)), order)
+                    }
+                };
+                match order {
+                    Order::Asc => text,
+                    Order::Desc => format!("{text} DESC"),
+                }
+            })
+            .collect();
+        let predicate = index
+            .predicate
+            .as_ref()
+            .map(|p| format!(" WHERE {}", index_predicate(p)))
+            .unwrap_or_default();
+        IndexDescription {
+            name: index.name.to_owned(),
+            definition: format!(
+                "{}USING btree ({}){predicate}",
+                if index.unique { "UNIQUE " } else { "" },
+                keys.join(", ")
+            ),
+            doc: index.doc.to_owned(),
         }
     }
 }

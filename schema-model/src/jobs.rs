@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexKey, IndexPredicate, SqlType,
     StorageParameter, TableModel,
 };
 
@@ -142,38 +142,33 @@ impl TableModel for Jobs {
 
     fn indexes() -> Vec<IndexDef<Self>> {
         vec![
-            IndexDef {
-                name: "jobs_claim_idx",
-                keys: vec![
-                    (Self::Queue, Order::Asc),
-                    (Self::Priority, Order::Desc),
-                    (Self::RunAt, Order::Asc),
-                    (Self::Id, Order::Asc),
-                ],
-                predicate: Some(IndexPredicate::All(vec![
+            IndexDef::new(
+                "jobs_claim_idx",
+                [IndexKey::asc(Self::Queue), IndexKey::desc(Self::Priority), IndexKey::asc(Self::RunAt), IndexKey::asc(Self::Id)],
+                "Claim: the next ready, unclaimed job of a queue by priority DESC, run_at, id, without a sort; not-yet-due jobs are not in it.",
+            )
+            .partial(IndexPredicate::All(vec![
                     IndexPredicate::IsNull(Self::ClaimedAt),
                     IndexPredicate::IsTrue(Self::Ready),
                 ])),
-                doc: "Claim: the next ready, unclaimed job of a queue by priority DESC, run_at, id, without a sort; not-yet-due jobs are not in it.",
-            },
-            IndexDef {
-                name: "jobs_promote_idx",
-                keys: vec![(Self::Queue, Order::Asc), (Self::RunAt, Order::Asc)],
-                predicate: Some(IndexPredicate::IsFalse(Self::Ready)),
-                doc: "Promotion: a queue's not-ready jobs by run_at, so the due ones are made ready without reading the rest.",
-            },
-            IndexDef {
-                name: "jobs_claim_expiry_idx",
-                keys: vec![(Self::ClaimExpiresAt, Order::Asc)],
-                predicate: Some(IndexPredicate::IsNotNull(Self::ClaimExpiresAt)),
-                doc: "Reaper: claims whose visibility timeout lapsed.",
-            },
-            IndexDef {
-                name: "jobs_expiry_idx",
-                keys: vec![(Self::ExpiresAt, Order::Asc)],
-                predicate: Some(IndexPredicate::IsNotNull(Self::ExpiresAt)),
-                doc: "Sweep: jobs past their expiry.",
-            },
+            IndexDef::new(
+                "jobs_promote_idx",
+                [IndexKey::asc(Self::Queue), IndexKey::asc(Self::RunAt)],
+                "Promotion: a queue's not-ready jobs by run_at, so the due ones are made ready without reading the rest.",
+            )
+            .partial(IndexPredicate::IsFalse(Self::Ready)),
+            IndexDef::new(
+                "jobs_claim_expiry_idx",
+                [IndexKey::asc(Self::ClaimExpiresAt)],
+                "Reaper: claims whose visibility timeout lapsed.",
+            )
+            .partial(IndexPredicate::IsNotNull(Self::ClaimExpiresAt)),
+            IndexDef::new(
+                "jobs_expiry_idx",
+                [IndexKey::asc(Self::ExpiresAt)],
+                "Sweep: jobs past their expiry.",
+            )
+            .partial(IndexPredicate::IsNotNull(Self::ExpiresAt)),
         ]
     }
 
@@ -248,7 +243,17 @@ impl TableModel for Jobs {
 
 /// The queue options stamped onto every job at enqueue, so a later change to
 /// the queue's configuration never rewrites the terms of a job already queued.
+///
+/// Not exhaustive (a new option is not a breaking change): outside this
+/// crate, start from [`QueueOpts::default`] and set the fields.
+///
+/// ```
+/// let mut opts = schema_model::QueueOpts::default();
+/// opts.visibility_timeout_s = 30;
+/// opts.max_attempts = 5;
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct QueueOpts {
     /// Seconds a claim lasts before the job is claimable again.
     pub visibility_timeout_s: i64,
@@ -262,7 +267,22 @@ pub struct QueueOpts {
 
 /// A live job, as the engine reads and writes a [`Jobs`] row (`ready` is
 /// the statements' bookkeeping, derived from `run_at`, so it is not a field).
+///
+/// Not exhaustive (a new column is not a breaking change for engines):
+/// outside this crate, start from [`Job::new`] (or [`Job::default`]) and
+/// set the fields.
+///
+/// ```
+/// use schema_model::Job;
+///
+/// let mut job = Job::new("mail", b"{}".to_vec());
+/// job.priority = 3;
+/// job.run_at = 1_700_000_000;
+/// job.opts.max_attempts = 5;
+/// assert_eq!(job.queue, "mail");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Job {
     /// Engine-assigned id (enqueue order).
     pub id: i64,
@@ -291,4 +311,17 @@ pub struct Job {
     pub claim_expires_at: Option<i64>,
     /// The last attempt's error.
     pub last_error: Option<String>,
+}
+
+impl Job {
+    /// A job for `queue` carrying `payload`, every other field at its
+    /// default (priority 0, due at the epoch, no expiry, zero options: set
+    /// what the queue stamps).
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            queue: queue.into(),
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
 }

@@ -25,16 +25,13 @@
 //! upgrade.
 //!
 //! ```
-//! use schema_model::{Layout, TableDistribution, Jobs, TableModel};
+//! use schema_model::{Layout, TableDistribution};
 //!
 //! assert_eq!(Layout::default(), Layout::SingleServer);
 //! assert_eq!(Layout::from_name("citus"), Some(Layout::CitusSchemaSharding));
 //! assert_eq!(Layout::CitusSchemaSharding.name(), "citus");
-//! assert_eq!(
-//!     Layout::CitusSchemaSharding.distribution(&Jobs::table_name()),
-//!     TableDistribution::SchemaShard
-//! );
-//! assert_eq!(Layout::SingleServer.distribution("jobs"), TableDistribution::Local);
+//! assert_eq!(Layout::CitusSchemaSharding.distribution(), TableDistribution::SchemaShard);
+//! assert_eq!(Layout::SingleServer.distribution(), TableDistribution::Local);
 //! ```
 
 use std::fmt;
@@ -73,7 +70,7 @@ impl Layout {
     pub const ALL: [Layout; 2] = [Layout::SingleServer, Layout::CitusSchemaSharding];
 
     /// The layout's name on the command line (`--layout citus`).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Layout::SingleServer => "single-server",
             Layout::CitusSchemaSharding => "citus",
@@ -90,9 +87,21 @@ impl Layout {
         matches!(self, Layout::CitusSchemaSharding)
     }
 
-    /// How `table` (any table of the engine family) is placed: the layout
-    /// is family-wide, so every table is placed alike.
-    pub fn distribution(self, _table: &str) -> TableDistribution {
+    /// What the layout is, in one line (the CLI's help for `--layout`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Layout::SingleServer => "One PostgreSQL server: plain tables",
+            Layout::CitusSchemaSharding => {
+                "A Citus cluster by schema-based sharding: the schema is a distributed schema \
+                 (citus_schema_distribute), every table a single-shard table on one node; run \
+                 on the coordinator"
+            }
+        }
+    }
+
+    /// How every table of the engine family is placed: the layout is
+    /// family-wide, so every table is placed alike.
+    pub fn distribution(self) -> TableDistribution {
         match self {
             Layout::SingleServer => TableDistribution::Local,
             Layout::CitusSchemaSharding => TableDistribution::SchemaShard,

@@ -107,8 +107,8 @@ pub use schema_name::{ReservedSchema, SchemaName, SchemaNameError, SchemaNameRul
 pub use schema_versions::{SchemaVersionRecord, SchemaVersions};
 pub use streams::{ConsumerOffset, StreamEvent, StreamEvents, StreamOffsets};
 pub use table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexPredicate, Order, SqlType,
-    StorageParameter, TableModel, TableVisitor,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexExpression, IndexKey,
+    IndexPredicate, Order, SqlType, StorageParameter, TableModel, TableVisitor,
 };
 
 /// Visits every table of the engine family, in creation order. This is the

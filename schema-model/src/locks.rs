@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, Order, SqlType, TableModel,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexKey, SqlType, TableModel,
 };
 
 /// The `locks` table: one row per held lock.
@@ -50,12 +50,11 @@ impl TableModel for Locks {
     }
 
     fn indexes() -> Vec<IndexDef<Self>> {
-        vec![IndexDef {
-            name: "locks_expiry_idx",
-            keys: vec![(Self::ExpiresAt, Order::Asc)],
-            predicate: None,
-            doc: "Sweep: lapsed locks.",
-        }]
+        vec![IndexDef::new(
+            "locks_expiry_idx",
+            [IndexKey::asc(Self::ExpiresAt)],
+            "Sweep: lapsed locks.",
+        )]
     }
 
     fn checks() -> Vec<CheckDef<Self>> {
@@ -73,7 +72,11 @@ impl TableModel for Locks {
 }
 
 /// A lock, as the engine reads a [`Locks`] row.
+///
+/// Not exhaustive (a new column is not a breaking change for engines): the
+/// statements build it; outside this crate, start from [`Lock::default`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Lock {
     /// Unique name.
     pub name: String,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, IndexDef, IndexPredicate, Order, SqlType, TableModel,
+    CheckDef, CheckRule, Column, IndexDef, IndexKey, IndexPredicate, SqlType, TableModel,
 };
 
 /// The `schedules` table: one row per named schedule.
@@ -102,12 +102,14 @@ impl TableModel for Schedules {
     }
 
     fn indexes() -> Vec<IndexDef<Self>> {
-        vec![IndexDef {
-            name: "schedules_due_idx",
-            keys: vec![(Self::NextFireAt, Order::Asc)],
-            predicate: Some(IndexPredicate::IsTrue(Self::Enabled)),
-            doc: "Tick: enabled schedules whose next boundary is due.",
-        }]
+        vec![
+            IndexDef::new(
+                "schedules_due_idx",
+                [IndexKey::asc(Self::NextFireAt)],
+                "Tick: enabled schedules whose next boundary is due.",
+            )
+            .partial(IndexPredicate::IsTrue(Self::Enabled)),
+        ]
     }
 
     fn checks() -> Vec<CheckDef<Self>> {
@@ -149,7 +151,11 @@ impl TableModel for Schedules {
 }
 
 /// The options a schedule stamps onto every job it enqueues.
+///
+/// Not exhaustive (a new option is not a breaking change): outside this
+/// crate, start from [`ScheduleOpts::default`] and set the fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ScheduleOpts {
     /// Priority of each enqueued job.
     pub priority: i32,
@@ -166,7 +172,21 @@ pub struct ScheduleOpts {
 }
 
 /// A schedule, as the engine reads and writes a [`Schedules`] row.
+///
+/// Not exhaustive (a new column is not a breaking change for engines):
+/// outside this crate, start from [`Schedule::new`] (or
+/// [`Schedule::default`]) and set the fields.
+///
+/// ```
+/// use schema_model::Schedule;
+///
+/// let mut nightly = Schedule::new("nightly", "@every 24h", 86_400, "reports", b"{}".to_vec());
+/// nightly.opts.max_attempts = 3;
+/// nightly.next_fire_at = 1_700_000_000;
+/// assert!(nightly.enabled);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Schedule {
     /// Unique name.
     pub name: String,
@@ -187,4 +207,29 @@ pub struct Schedule {
     pub last_fired_at: Option<i64>,
     /// Whether the tick fires it.
     pub enabled: bool,
+}
+
+impl Schedule {
+    /// An enabled schedule `name` that fires every `every_s` seconds (the
+    /// parsed `spec`, kept as given) and enqueues `payload` on `queue`;
+    /// every other field at its default (zero options, first boundary at
+    /// the epoch, never fired: set what the schedule stamps and its first
+    /// boundary).
+    pub fn new(
+        name: impl Into<String>,
+        spec: impl Into<String>,
+        every_s: i64,
+        queue: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            spec: spec.into(),
+            every_s,
+            queue: queue.into(),
+            payload: payload.into(),
+            enabled: true,
+            ..Self::default()
+        }
+    }
 }

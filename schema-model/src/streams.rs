@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use strum::EnumIter;
 
 use crate::table::{
-    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, Order, SqlType, TableModel,
+    CheckDef, CheckRule, Column, ColumnDefault, IndexDef, IndexKey, SqlType, TableModel,
 };
 
 /// The `stream_events` table: one row per event; its id is the stream offset.
@@ -81,22 +81,20 @@ impl TableModel for StreamEvents {
 
     fn indexes() -> Vec<IndexDef<Self>> {
         vec![
-            IndexDef {
-                name: "stream_events_stream_id_idx",
-                keys: vec![(Self::Stream, Order::Asc), (Self::Id, Order::Asc)],
-                predicate: None,
-                doc: "Reads: a stream's events from an offset, offset ASC.",
-            },
-            IndexDef {
-                name: "stream_events_commit_order_idx",
-                keys: vec![
-                    (Self::Stream, Order::Asc),
-                    (Self::TxId, Order::Asc),
-                    (Self::Id, Order::Asc),
+            IndexDef::new(
+                "stream_events_stream_id_idx",
+                [IndexKey::asc(Self::Stream), IndexKey::asc(Self::Id)],
+                "Reads: a stream's events from an offset, offset ASC.",
+            ),
+            IndexDef::new(
+                "stream_events_commit_order_idx",
+                [
+                    IndexKey::asc(Self::Stream),
+                    IndexKey::asc(Self::TxId),
+                    IndexKey::asc(Self::Id),
                 ],
-                predicate: None,
-                doc: "Gap-free reads: a stream's events in commit order, below the snapshot horizon.",
-            },
+                "Gap-free reads: a stream's events in commit order, below the snapshot horizon.",
+            ),
         ]
     }
 
@@ -167,7 +165,12 @@ impl TableModel for StreamOffsets {
 
 /// A stream event, as the engine reads a [`StreamEvents`] row (`tx_id` is
 /// bookkeeping the database fills, so it is not a field).
+///
+/// Not exhaustive (a new column is not a breaking change for engines):
+/// outside this crate, start from [`StreamEvent::new`] (or
+/// [`StreamEvent::default`]) and set the fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StreamEvent {
     /// The offset.
     pub id: i64,
@@ -182,7 +185,11 @@ pub struct StreamEvent {
 }
 
 /// A consumer's checkpoint, as stored in [`StreamOffsets`].
+///
+/// Not exhaustive: outside this crate, build it with
+/// [`ConsumerOffset::new`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConsumerOffset {
     /// Stream name.
     pub stream: String,
@@ -190,4 +197,27 @@ pub struct ConsumerOffset {
     pub consumer: String,
     /// The last offset processed.
     pub offset: i64,
+}
+
+impl StreamEvent {
+    /// An event for `stream` carrying `payload`, with no key, created at
+    /// the epoch (set `created_at`), its `id` to be assigned by the append.
+    pub fn new(stream: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            stream: stream.into(),
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
+}
+
+impl ConsumerOffset {
+    /// `consumer`'s checkpoint on `stream` at `offset`.
+    pub fn new(stream: impl Into<String>, consumer: impl Into<String>, offset: i64) -> Self {
+        Self {
+            stream: stream.into(),
+            consumer: consumer.into(),
+            offset,
+        }
+    }
 }

@@ -127,18 +127,105 @@ pub enum IndexPredicate<C> {
     All(Vec<IndexPredicate<C>>),
 }
 
+/// An expression an index key computes from a column of the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexExpression<C> {
+    /// `lower(col)` of a text column: a key that ignores case.
+    Lower(C),
+}
+
+/// One key of an index: a column, or an expression over a column, with its
+/// direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexKey<C> {
+    /// A column.
+    Column(C, Order),
+    /// An expression ([`IndexExpression`]).
+    Expression(IndexExpression<C>, Order),
+}
+
+impl<C> IndexKey<C> {
+    /// The column, ascending.
+    pub const fn asc(column: C) -> Self {
+        Self::Column(column, Order::Asc)
+    }
+
+    /// The column, descending.
+    pub const fn desc(column: C) -> Self {
+        Self::Column(column, Order::Desc)
+    }
+
+    /// `lower(column)`, ascending.
+    pub const fn lower(column: C) -> Self {
+        Self::Expression(IndexExpression::Lower(column), Order::Asc)
+    }
+}
+
 /// A secondary index, named by a fixed literal (sea-query writes index names
-/// unescaped, so they never come from input).
+/// unescaped, so they never come from input): its keys (columns or
+/// expressions), and optionally `UNIQUE` and a `WHERE` clause (a partial
+/// index). Every kind the upgrade planner carries online (a new index is
+/// built `CONCURRENTLY`, a changed one built under another name and swapped
+/// in) can be declared.
+///
+/// ```
+/// use schema_model::{IndexDef, IndexKey, IndexPredicate, Jobs};
+///
+/// let index = IndexDef::new(
+///     "jobs_one_claim_per_worker_idx",
+///     [IndexKey::asc(Jobs::WorkerId)],
+///     "At most one claim per worker.",
+/// )
+/// .unique()
+/// .partial(IndexPredicate::IsNotNull(Jobs::ClaimedAt));
+/// assert!(index.unique);
+/// assert!(index.predicate.is_some());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexDef<C> {
     /// The index's name, unique within the schema.
     pub name: &'static str,
-    /// Key columns in order, each with its direction.
-    pub keys: Vec<(C, Order)>,
+    /// Key columns and expressions in order, each with its direction.
+    pub keys: Vec<IndexKey<C>>,
     /// Restricts the index to the rows a hot path reads.
     pub predicate: Option<IndexPredicate<C>>,
+    /// Whether no two rows (of those the predicate keeps) may share a key.
+    pub unique: bool,
     /// Which hot path the index serves.
     pub doc: &'static str,
+}
+
+impl<C> IndexDef<C> {
+    /// A plain (not unique, not partial) index.
+    pub fn new(
+        name: &'static str,
+        keys: impl IntoIterator<Item = IndexKey<C>>,
+        doc: &'static str,
+    ) -> Self {
+        Self {
+            name,
+            keys: keys.into_iter().collect(),
+            predicate: None,
+            unique: false,
+            doc,
+        }
+    }
+
+    /// The same index, `UNIQUE`.
+    pub fn unique(self) -> Self {
+        Self {
+            unique: true,
+            ..self
+        }
+    }
+
+    /// The same index, restricted to the rows `predicate` keeps.
+    pub fn partial(self, predicate: IndexPredicate<C>) -> Self {
+        Self {
+            predicate: Some(predicate),
+            ..self
+        }
+    }
 }
 
 /// The rule a named `CHECK` constraint enforces.

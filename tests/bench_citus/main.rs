@@ -100,16 +100,15 @@ fn load_now() -> String {
 }
 
 fn job(queue: &str, now: i64) -> Job {
-    Job {
-        queue: queue.to_owned(),
-        payload: b"bench".to_vec(),
-        priority: 0,
-        run_at: now,
-        expires_at: None,
-        enqueued_at: now,
-        opts: opts(),
-        ..Job::default()
-    }
+    let mut job = Job::default();
+    job.queue = queue.to_owned();
+    job.payload = b"bench".to_vec();
+    job.priority = 0;
+    job.run_at = now;
+    job.expires_at = None;
+    job.enqueued_at = now;
+    job.opts = opts();
+    job
 }
 
 /// Where a target's connections go.

@@ -77,15 +77,16 @@ pub fn enqueue(
 ) -> Stmt {
     let batch: Vec<Job> = payloads
         .iter()
-        .map(|payload| Job {
-            queue: queue.to_owned(),
-            payload: payload.clone(),
-            priority: 0,
-            run_at,
-            expires_at: None,
-            enqueued_at: now,
-            opts: opts(),
-            ..Job::default()
+        .map(|payload| {
+            let mut job = Job::default();
+            job.queue = queue.to_owned();
+            job.payload = payload.clone();
+            job.priority = 0;
+            job.run_at = run_at;
+            job.expires_at = None;
+            job.enqueued_at = now;
+            job.opts = opts();
+            job
         })
         .collect();
     match batch.as_slice() {

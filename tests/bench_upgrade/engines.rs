@@ -374,11 +374,13 @@ pub async fn new_client(schema: SchemaName, index: usize, shared: Shared) -> Cli
     let worker = format!("upbench-new-{index}");
     let session = Session::new(open(&worker).await, schema);
     let queue = QUEUES[index % QUEUES.len()];
-    let opts = QueueOpts {
-        visibility_timeout_s: 3600,
-        max_attempts: 3,
-        backoff_base_s: 10,
-        dead_letter_retention_s: 86_400,
+    let opts = {
+        let mut opts = QueueOpts::default();
+        opts.visibility_timeout_s = 3600;
+        opts.max_attempts = 3;
+        opts.backoff_base_s = 10;
+        opts.dead_letter_retention_s = 86_400;
+        opts
     };
     let mut log = ClientLog::default();
     let mut round: u64 = 0;
@@ -386,14 +388,15 @@ pub async fn new_client(schema: SchemaName, index: usize, shared: Shared) -> Cli
         round += 1;
         let now = unix_now();
         if round.is_multiple_of(ENQUEUE_EVERY) {
-            let job = Job {
-                queue: queue.to_owned(),
-                payload: round.to_be_bytes().to_vec(),
-                priority: i32::try_from(round % 10).unwrap_or(0),
-                run_at: now,
-                enqueued_at: now,
-                opts: opts.clone(),
-                ..Job::default()
+            let job = {
+                let mut job = Job::default();
+                job.queue = queue.to_owned();
+                job.payload = round.to_be_bytes().to_vec();
+                job.priority = i32::try_from(round % 10).unwrap_or(0);
+                job.run_at = now;
+                job.enqueued_at = now;
+                job.opts = opts.clone();
+                job
             };
             let timer = Timer::start(Kind::Enqueue, &shared);
             let result = session.run(&jobs::Enqueue { job: &job, now }).await;

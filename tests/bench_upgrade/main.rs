@@ -265,7 +265,7 @@ fn recorder(events: &Events, shared: &Shared) -> impl FnMut(&Progress) + Send + 
 }
 
 async fn state(admin: &Client, schema: &SchemaName) -> String {
-    match upgrade::status(admin, schema, &schema_gen::Options::default()).await {
+    match schema_gen::check::status(admin, schema, &schema_gen::Options::default()).await {
         Ok(s) => format!("{:?}: {}", s.state, s.message),
         Err(e) => format!("status failed: {e}"),
     }

@@ -38,10 +38,10 @@ pub fn env_number(name: &str) -> Option<f64> {
 
 /// The queue options stamped on every benchmark job.
 pub fn queue_opts() -> QueueOpts {
-    QueueOpts {
-        visibility_timeout_s: 300,
-        max_attempts: 25,
-        backoff_base_s: 10,
-        dead_letter_retention_s: 604_800,
-    }
+    let mut opts = QueueOpts::default();
+    opts.visibility_timeout_s = 300;
+    opts.max_attempts = 25;
+    opts.backoff_base_s = 10;
+    opts.dead_letter_retention_s = 604_800;
+    opts
 }

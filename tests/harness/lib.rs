@@ -13,6 +13,7 @@ pub mod engine;
 pub mod explain;
 pub mod history;
 mod hygiene;
+pub mod lock_waits;
 pub mod names;
 pub mod paths;
 pub mod pg;

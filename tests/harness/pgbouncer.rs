@@ -4,7 +4,8 @@
 //! The first test that asks for it starts one pgbouncer for the whole test
 //! process (Debian's `pgbouncer` package; `apt-get install pgbouncer`), on a
 //! free port of 127.0.0.1, with one pooled database per pool mode
-//! ([`PoolMode`]), each forwarding to the test server's database as its
+//! ([`PoolMode`]; transaction pooling twice, once over at most two server
+//! connections), each forwarding to the test server's database as its
 //! superuser (`auth_type = any`: pgbouncer itself asks no password). As for
 //! the cluster, a small watchdog shell process holds the read end of a pipe
 //! whose write end lives in the test process: when the process exits, for
@@ -30,13 +31,40 @@ pub enum PoolMode {
     Transaction,
     /// A server connection per statement: no multi-statement transaction.
     Statement,
+    /// A server connection per client session, reset when the client
+    /// leaves.
+    Session,
+    /// Transaction pooling over at most two server connections, so a test
+    /// holding one in an open transaction decides which one the next
+    /// client transaction gets.
+    TransactionOfTwo,
 }
 
 impl PoolMode {
+    const ALL: [PoolMode; 4] = [
+        Self::Transaction,
+        Self::Statement,
+        Self::Session,
+        Self::TransactionOfTwo,
+    ];
+
+    /// The pooled database's name.
     fn name(self) -> &'static str {
         match self {
             Self::Transaction => "transaction",
             Self::Statement => "statement",
+            Self::Session => "session",
+            Self::TransactionOfTwo => "transaction_of_two",
+        }
+    }
+
+    /// Its pgbouncer settings.
+    fn settings(self) -> &'static str {
+        match self {
+            Self::Transaction => "pool_mode=transaction",
+            Self::Statement => "pool_mode=statement",
+            Self::Session => "pool_mode=session",
+            Self::TransactionOfTwo => "pool_mode=transaction pool_size=2",
         }
     }
 }
@@ -124,12 +152,11 @@ fn settings(upstream: &Config, port: u16, dir: &Path) -> Result<String, String> 
         .map(|p| format!(" password={}", String::from_utf8_lossy(p)))
         .unwrap_or_default();
     let mut databases = String::new();
-    for mode in [PoolMode::Transaction, PoolMode::Statement] {
+    for mode in PoolMode::ALL {
         databases.push_str(&format!(
-            "{} = host={host} port={server_port} dbname={dbname} user={user}{password} \
-             pool_mode={}\n",
+            "{} = host={host} port={server_port} dbname={dbname} user={user}{password} {}\n",
             mode.name(),
-            mode.name()
+            mode.settings()
         ));
     }
     Ok(format!(

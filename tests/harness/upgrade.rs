@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use schema_gen::upgrade::{self, Progress, Status, UpgradeOptions, UpgradeOutcome};
+use schema_gen::check::Status;
+use schema_gen::upgrade::{self, Progress, UpgradeOptions, UpgradeOutcome};
 use schema_model::SchemaName;
 use schema_model::history;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -79,7 +80,7 @@ pub async fn run_contract(schema: &SchemaName) -> Result<UpgradeOutcome, schema_
 ///
 /// When the status cannot be read.
 pub async fn status(client: &Client, schema: &SchemaName) -> Status {
-    upgrade::status(client, schema, &schema_gen::Options::default())
+    schema_gen::check::status(client, schema, &schema_gen::Options::default())
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }

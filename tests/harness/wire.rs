@@ -1,5 +1,6 @@
 //! A TCP proxy in front of the test server that counts protocol round trips
-//! and records the SQL text each client sends.
+//! and records the SQL text each client sends (and each `Parse`: on which
+//! connection, under which statement name).
 //!
 //! A round trip is a wait for the server: a simple `Query` (`Q`) or a
 //! `Sync` (`S`, closing an extended-query sequence) sent while every earlier
@@ -25,6 +26,24 @@ struct Seen {
     round_trips: AtomicUsize,
     requests: AtomicUsize,
     statements: Mutex<Vec<String>>,
+    parses: Mutex<Vec<Parse>>,
+    connections: AtomicUsize,
+    /// Whether notifications (`A`) from the server are dropped instead of
+    /// forwarded, as a pooler does for a client that has no server
+    /// connection while idle.
+    drop_notifications: std::sync::atomic::AtomicBool,
+}
+
+/// One `Parse` message a client sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parse {
+    /// Which connection through the proxy sent it: 0 for the first
+    /// accepted, 1 for the next, ...
+    pub connection: usize,
+    /// The statement's name: empty for the unnamed statement.
+    pub name: String,
+    /// The SQL text.
+    pub text: String,
 }
 
 /// Where the real server listens.
@@ -66,12 +85,17 @@ impl CountingProxy {
         let accept_seen = Arc::clone(&seen);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                // Each message is written in three parts: without this,
+                // Nagle's algorithm holds the later parts for the peer's
+                // delayed acknowledgement (tens of milliseconds a message).
+                let _ = client.set_nodelay(true);
                 let seen = Arc::clone(&accept_seen);
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
                     match upstream {
                         Upstream::Tcp(host, port) => {
                             if let Ok(server) = TcpStream::connect((host.as_str(), port)).await {
+                                let _ = server.set_nodelay(true);
                                 relay(client, server, seen).await;
                             }
                         }
@@ -146,12 +170,37 @@ impl CountingProxy {
             .clone()
     }
 
+    /// Every `Parse` sent, in order (over all connections).
+    pub fn parses(&self) -> Vec<Parse> {
+        self.seen
+            .parses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// From now on, drops every notification the server sends instead of
+    /// forwarding it (what reaches a client behind a transaction pooler).
+    pub fn drop_notifications(&self) {
+        self.seen.drop_notifications.store(true, Ordering::SeqCst);
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.seen.connections.load(Ordering::SeqCst)
+    }
+
     /// Forgets what was seen so far (e.g. the connection's own start-up).
     pub fn reset(&self) {
         self.seen.round_trips.store(0, Ordering::SeqCst);
         self.seen.requests.store(0, Ordering::SeqCst);
         self.seen
             .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.seen
+            .parses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
@@ -162,15 +211,17 @@ async fn relay<S>(client: TcpStream, server: S, seen: Arc<Seen>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let id = seen.connections.fetch_add(1, Ordering::SeqCst);
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = tokio::io::split(server);
     let connection = Arc::new(Connection::default());
     let answers = Arc::clone(&connection);
+    let answers_seen = Arc::clone(&seen);
     let down = tokio::spawn(async move {
-        let _ = forward_answers(&mut server_read, &mut client_write, &answers).await;
+        let _ = forward_answers(&mut server_read, &mut client_write, &answers, &answers_seen).await;
         let _ = client_write.shutdown().await;
     });
-    let _ = forward_counting(&mut client_read, &mut server_write, &seen, &connection).await;
+    let _ = forward_counting(&mut client_read, &mut server_write, &seen, &connection, id).await;
     let _ = server_write.shutdown().await;
     let _ = down.await;
 }
@@ -197,6 +248,7 @@ async fn forward_answers<R, W>(
     from: &mut R,
     to: &mut W,
     connection: &Connection,
+    seen: &Seen,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -229,6 +281,9 @@ where
                 connection.unanswered.fetch_sub(1, Ordering::SeqCst);
             }
         }
+        if tag == b'A' && seen.drop_notifications.load(Ordering::SeqCst) {
+            continue;
+        }
         to.write_all(&[tag]).await?;
         to.write_all(&len.to_be_bytes()).await?;
         to.write_all(&body).await?;
@@ -242,6 +297,7 @@ async fn forward_counting<R, W>(
     to: &mut W,
     seen: &Seen,
     connection: &Connection,
+    id: usize,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -296,6 +352,16 @@ where
                 // Parse: statement name, NUL, query text, NUL, ...
                 if let Some(at) = body.iter().position(|&b| b == 0) {
                     record(seen, &body[at + 1..]);
+                    let rest = &body[at + 1..];
+                    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+                    seen.parses
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(Parse {
+                            connection: id,
+                            name: String::from_utf8_lossy(&body[..at]).into_owned(),
+                            text: String::from_utf8_lossy(&rest[..end]).into_owned(),
+                        });
                 }
             }
             b'S' => wait(seen, connection, !closes),

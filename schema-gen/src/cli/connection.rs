@@ -81,7 +81,7 @@ pub(super) fn prepare(
         .enable_all()
         .build()
         .map_err(|err| {
-            Failure::other(format!("cannot start the async runtime: {err}"))
+            Failure::runtime(format!("cannot start the async runtime: {err}"))
                 .about(schema.as_str())
                 .print(json, stdout, stderr)
         })?;

@@ -7,16 +7,17 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use schema_model::SchemaName;
+use schema_model::{Layout, SchemaName};
 
 use super::failure::Failure;
-use super::{EXIT_DRIFT, LayoutArg, connection, report, write_out};
+use super::{EXIT_DRIFT, connection, layout, report, write_out};
+use crate::bootstrap::{Outcome, bootstrap_with};
+use crate::check::{Status, status};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::options::MAX_LOCK_TIMEOUT;
-use crate::upgrade::{Status, status};
+use crate::options::Options;
 use crate::verify::Difference;
-use crate::{Options, Outcome, bootstrap_with};
 
 /// Where `apply` and `check` connect, which schema they look at, and how
 /// they report.
@@ -44,8 +45,8 @@ pub struct DatabaseArgs {
     /// schema on a Citus coordinator (apply), and reads pg_dist_schema and
     /// pg_dist_partition to report a family distributed otherwise (check);
     /// a server without Citus, or a worker, is refused.
-    #[arg(long, value_enum, default_value_t = LayoutArg::SingleServer)]
-    pub layout: LayoutArg,
+    #[arg(long, value_name = "LAYOUT", default_value = "single-server", value_parser = layout::parser())]
+    pub layout: Layout,
 }
 
 /// The form `--lock-timeout` takes, for its error messages.
@@ -148,7 +149,7 @@ pub(super) fn run(
     };
     let bounds = Options {
         lock_timeout: args.lock_timeout,
-        layout: args.layout.layout(),
+        layout: args.layout,
     };
     let result = runtime.block_on(async {
         let mut client = connection.connect().await?;

@@ -14,8 +14,10 @@
 //!
 //! `kind` is one of [`Failure::kind`]'s names; `schema` is the schema the
 //! command was about (null before it was validated); `sqlstate` is the
-//! server's error code when the server said one (null otherwise). Keys are
-//! only ever added.
+//! server's error code when the server said one (null otherwise); `done` is
+//! what an upgrade had done when it failed, once it had started its steps
+//! (steps run and skipped, backfill batches and their rows, version phases
+//! recorded), null otherwise. Keys are only ever added.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,7 +25,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::EXIT_USAGE;
-use crate::error::{self, Error, ErrorKind};
+use crate::error::{self, Done, Error};
 
 /// A failure of the command line, before it is printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,14 +38,15 @@ pub(super) struct Failure {
     ///   does not go with the dialect;
     /// - `configuration`: the connection string, a `PG*` variable, the
     ///   service file or a TLS file cannot be used (nothing was sent);
-    /// - `connection`, `privilege`, `created_differs`, `lock_timeout`,
-    ///   `statement_pooling`, `query`, `other`: the [`ErrorKind`] of the
-    ///   library's error (`drift` is not a failure: `apply` reports it as
-    ///   `"outcome": "refused"` with exit code 1).
+    /// - `runtime`: the command line could not start its async runtime;
+    /// - any other: the [`ErrorKind::name`](crate::error::ErrorKind::name) of the
+    ///   library's error (`drift` is not a failure: `apply` and `upgrade`
+    ///   report it as `"outcome": "refused"` with exit code 1).
     kind: &'static str,
     schema: Option<String>,
     sqlstate: Option<String>,
     message: String,
+    done: Option<Done>,
 }
 
 /// The JSON form of a [`Failure`].
@@ -54,6 +57,7 @@ struct FailureReport<'a> {
     schema: Option<&'a str>,
     sqlstate: Option<&'a str>,
     message: String,
+    done: Option<&'a Done>,
 }
 
 impl Failure {
@@ -72,9 +76,9 @@ impl Failure {
         Self::new("configuration", message)
     }
 
-    /// Anything else the command line itself ran into.
-    pub(super) fn other(message: impl Into<String>) -> Self {
-        Self::new("other", message)
+    /// The command line could not start its async runtime.
+    pub(super) fn runtime(message: impl Into<String>) -> Self {
+        Self::new("runtime", message)
     }
 
     fn new(kind: &'static str, message: impl Into<String>) -> Self {
@@ -83,35 +87,23 @@ impl Failure {
             schema: None,
             sqlstate: None,
             message: message.into(),
+            done: None,
         }
     }
 
     /// The library's error, its kind named, its SQLSTATE when the server
     /// said one.
     pub(super) fn from_error(err: &Error) -> Self {
-        let (kind, source) = match err.kind() {
-            ErrorKind::Connection { source, .. } => ("connection", source.as_ref()),
-            ErrorKind::Privilege { source, .. } => ("privilege", Some(source)),
-            ErrorKind::Drift { .. } => ("drift", None),
-            ErrorKind::CreatedDiffers { .. } => ("created_differs", None),
-            ErrorKind::LockTimeout { source, .. } => ("lock_timeout", Some(source)),
-            ErrorKind::StatementPooling { source, .. } => ("statement_pooling", Some(source)),
-            ErrorKind::Query { source, .. } => ("query", Some(source)),
-            ErrorKind::OlderVersion { .. } => ("older_version", None),
-            ErrorKind::NewerVersion { .. } => ("newer_version", None),
-            ErrorKind::UpgradeInProgress { .. } => ("upgrade_in_progress", None),
-            ErrorKind::ContractFirst { .. } => ("contract_first", None),
-            ErrorKind::NotExpanded { .. } => ("not_expanded", None),
-            ErrorKind::UpgradeLocked { .. } => ("upgrade_locked", None),
-            ErrorKind::VersionsUnreadable { .. } => ("versions_unreadable", None),
-            ErrorKind::Layout { .. } => ("layout", None),
-            ErrorKind::Other { .. } => ("other", None),
-        };
+        let kind = err.kind();
         Self {
-            kind,
+            kind: kind.name(),
             schema: None,
-            sqlstate: source.and_then(|e| e.code()).map(|c| c.code().to_owned()),
+            sqlstate: kind
+                .driver_error()
+                .and_then(|e| e.code())
+                .map(|c| c.code().to_owned()),
             message: err.to_string(),
+            done: err.done().copied(),
         }
     }
 
@@ -138,6 +130,7 @@ impl Failure {
                 schema: self.schema.as_deref(),
                 sqlstate: self.sqlstate.as_deref(),
                 message,
+                done: self.done.as_ref(),
             };
             // Serializing this plain struct cannot fail; stdout may be gone
             // (the line on stderr already says what failed).

@@ -2,9 +2,9 @@
 //! print a family's SQL or description and never touch a server.
 
 use clap::Args;
-use schema_model::{DatabaseName, SchemaName};
+use schema_model::{DatabaseName, Layout, SchemaName};
 
-use super::{Dialect, Format, LayoutArg, schema_name};
+use super::{Dialect, Format, layout, schema_name};
 use crate::{clickhouse, describe as describe_mod, render};
 
 /// Which family `sql` and `describe` are about, and where it lives.
@@ -22,8 +22,8 @@ pub struct TargetArgs {
     pub database: Option<String>,
     /// Where the engine family lives (sql, postgres dialect only): `citus`
     /// adds the citus_schema_distribute call [default: single-server].
-    #[arg(long, value_enum)]
-    pub layout: Option<LayoutArg>,
+    #[arg(long, value_name = "LAYOUT", value_parser = layout::parser())]
+    pub layout: Option<Layout>,
 }
 
 /// The validated target of `sql` / `describe`. A name flag of the other
@@ -60,7 +60,7 @@ fn target(args: &TargetArgs) -> Result<Target, String> {
 
 /// `schema-gen sql`: the script of the chosen family.
 pub(super) fn sql(args: &TargetArgs) -> Result<String, String> {
-    let layout = args.layout.map(LayoutArg::layout).unwrap_or_default();
+    let layout = args.layout.unwrap_or_default();
     Ok(match target(args)? {
         Target::Postgres(schema) => render::script_for(&schema, layout),
         Target::Clickhouse(_) if args.layout.is_some() => {

@@ -8,6 +8,7 @@ mod connection;
 mod database;
 mod failure;
 mod family;
+mod layout;
 mod report;
 mod statements;
 mod upgrade;
@@ -49,6 +50,7 @@ Examples:
                                               version, as a psql script (nothing is changed)
   schema-gen upgrade                          run them online, with progress; the older engines keep working
   schema-gen upgrade --contract               once no older engine runs: remove what only they needed
+                                              (refused, naming them, while one is connected)
 
   schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
                                               the session that holds it)
@@ -111,28 +113,6 @@ pub enum Dialect {
     Postgres,
     /// The analytics sink, in ClickHouse (`--database`).
     Clickhouse,
-}
-
-/// Where the engine family lives (`--layout`), as the model's
-/// [`Layout`](schema_model::Layout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LayoutArg {
-    /// One PostgreSQL server: plain tables.
-    SingleServer,
-    /// A Citus cluster by schema-based sharding: the schema is a distributed
-    /// schema (citus_schema_distribute), every table a single-shard table on
-    /// one node; run on the coordinator.
-    Citus,
-}
-
-impl LayoutArg {
-    /// The model's layout.
-    pub fn layout(self) -> schema_model::Layout {
-        match self {
-            LayoutArg::SingleServer => schema_model::Layout::SingleServer,
-            LayoutArg::Citus => schema_model::Layout::CitusSchemaSharding,
-        }
-    }
 }
 
 /// Output format of `describe`.

@@ -8,8 +8,8 @@
 use schema_model::SchemaName;
 use serde::Serialize;
 
-use crate::Outcome;
-use crate::upgrade::Status;
+use crate::bootstrap::Outcome;
+use crate::check::{Status, VersionState};
 use crate::verify::Difference;
 
 /// One difference, as the JSON reports it.
@@ -219,14 +219,11 @@ pub(super) fn check_text(schema: &SchemaName, status: &Status) -> (String, std::
     };
     let drift = status.differences.iter().any(|d| !d.is_comment());
     let text = match (status.state, drift) {
-        (crate::upgrade::VersionState::Current, false) if status.differences.is_empty() => {
+        (VersionState::Current, false) if status.differences.is_empty() => {
             format!("{}\n", status.message)
         }
-        (crate::upgrade::VersionState::Current, false) => {
-            comments_text(schema, &status.differences)
-        }
-        (crate::upgrade::VersionState::Current | crate::upgrade::VersionState::Unknown, true)
-        | (crate::upgrade::VersionState::Missing, _) => {
+        (VersionState::Current, false) => comments_text(schema, &status.differences),
+        (VersionState::Current | VersionState::Unknown, true) | (VersionState::Missing, _) => {
             differences_text(schema, &status.differences, "differs from the model")
         }
         (_, true) => {

@@ -5,8 +5,9 @@
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use super::{LayoutArg, schema_name};
+use super::{layout, schema_name};
 use crate::statements::{self, CLAIM_PATH, Statement};
+use schema_model::Layout;
 
 /// Arguments of `schema-gen statements`.
 #[derive(Debug, Args)]
@@ -20,8 +21,8 @@ pub struct StatementsArgs {
     /// Where the engine family lives: `citus` lists the statements an engine
     /// runs on a Citus coordinator (the lock acquire and the gap-free read
     /// differ) [default: single-server].
-    #[arg(long, value_enum, default_value_t = LayoutArg::SingleServer)]
-    pub layout: LayoutArg,
+    #[arg(long, value_name = "LAYOUT", default_value = "single-server", value_parser = layout::parser())]
+    pub layout: Layout,
 }
 
 /// Output format of `statements`.
@@ -63,7 +64,7 @@ pub(super) fn statements(args: &StatementsArgs) -> Result<String, String> {
             .as_deref()
             .unwrap_or(schema_model::schema_name::DEFAULT_SCHEMA_NAME),
     )?;
-    let all = statements::all_for(&schema, args.layout.layout());
+    let all = statements::all_for(&schema, args.layout);
     match args.format {
         StatementsFormat::Sql => Ok(sql(&all)),
         StatementsFormat::Json => {

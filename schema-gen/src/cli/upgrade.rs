@@ -9,19 +9,23 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
+use schema_model::Layout;
+
 use super::database::{ReportFormat, parse_lock_timeout};
 use super::failure::Failure;
-use super::{EXIT_DRIFT, connection, report, write_out};
+use super::{EXIT_DRIFT, connection, layout, report, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
-use crate::upgrade::{self, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
+use crate::upgrade::{self, DryRun, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
 
 /// The arguments of `upgrade`.
 #[derive(Debug, Args)]
 pub struct UpgradeArgs {
     /// PostgreSQL connection string, as psql takes it (see `apply`)
-    /// [env: DATABASE_URL]. Use a direct connection or session pooling:
-    /// the CONCURRENTLY steps need session settings.
+    /// [env: DATABASE_URL]. A direct connection or session pooling: the
+    /// upgrade needs a session of its own (its lock, the settings of its
+    /// CONCURRENTLY steps), and refuses a pooler in transaction or
+    /// statement mode before it reads or locks anything.
     #[arg(long)]
     pub database_url: Option<String>,
     /// The engine-owned schema.
@@ -31,6 +35,12 @@ pub struct UpgradeArgs {
     /// versions needed. Run it once none of them works on the database.
     #[arg(long)]
     pub contract: bool,
+    /// With --contract: run it even while engines of older versions are
+    /// connected (found by their application_name, alkstore-engine/<release>,
+    /// or by their last statement); their statements fail from then on,
+    /// enqueues included. Without it the contract refuses, naming them.
+    #[arg(long, requires = "contract")]
+    pub allow_older_engines: bool,
     /// Print the steps still to run as a psql script, and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -42,6 +52,11 @@ pub struct UpgradeArgs {
     /// and tries again (20 tries).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_lock_timeout)]
     pub lock_timeout: Duration,
+    /// Where the family lives: on a Citus coordinator (`citus`) the steps
+    /// run on the distributed schema in place, and a schema the upgrade
+    /// creates is created distributed.
+    #[arg(long, value_name = "LAYOUT", default_value = "single-server", value_parser = layout::parser())]
+    pub layout: Layout,
 }
 
 #[derive(Serialize)]
@@ -89,6 +104,8 @@ pub(super) fn run(
     let warnings = connection.warnings().to_vec();
     let options = UpgradeOptions {
         lock_timeout: args.lock_timeout,
+        layout: args.layout,
+        allow_older_engines: args.allow_older_engines,
         ..UpgradeOptions::default()
     };
     let schema_for_work = schema.clone();
@@ -97,12 +114,26 @@ pub(super) fn run(
     let (lines, mut printed) = tokio::sync::mpsc::unbounded_channel::<String>();
     let result = runtime.block_on(async {
         let work = async move {
-            let mut client = connection.connect().await?;
             if args.dry_run {
+                // One catalog read: it needs no session of its own.
+                let client = connection.connect().await?;
                 return upgrade::dry_run(&client, &schema_for_work, &options, args.contract)
                     .await
                     .map(Done::Plan);
             }
+            // Before anything is read or locked: a pooled connection is
+            // refused (its lock could stay on a server connection the
+            // pooler hands to an engine).
+            let mut watched = connection.connect_watched().await?;
+            upgrade::require_session(
+                &watched.client,
+                &mut watched.notifications,
+                || connection.connect_watched(),
+                &schema_for_work,
+                &connection.describe(),
+            )
+            .await?;
+            let mut client = watched.client;
             let mut progress = move |event: &Progress| {
                 let _ = lines.send(event.line());
             };
@@ -165,7 +196,7 @@ pub(super) fn run(
 }
 
 enum Done {
-    Plan(upgrade::script::DryRun),
+    Plan(DryRun),
     Ran(UpgradeOutcome),
 }
 

@@ -4,9 +4,13 @@
 
 use std::time::Duration;
 
+use tokio_postgres::Connection;
+use tokio_postgres::tls::TlsStream;
+
 use super::targets::{Host, Target, shuffle};
 use super::{ConnectOptions, SslMode};
 use crate::error::{Error, ErrorKind};
+use crate::pooler::{Watched, watch};
 
 impl ConnectOptions {
     /// Connects to the first host that accepts (in random order with
@@ -14,6 +18,19 @@ impl ConnectOptions {
     /// current tokio runtime. A failure says, for every host tried, what
     /// went wrong and what to do, never the password.
     pub async fn connect(&self) -> Result<tokio_postgres::Client, Error> {
+        self.connect_driven(Driver::Plain)
+            .await
+            .map(|watched| watched.client)
+    }
+
+    /// [`ConnectOptions::connect`], with the channel of each notification
+    /// the connection receives forwarded to [`Watched::notifications`]
+    /// (what [`crate::pooler::probe_with`] watches).
+    pub async fn connect_watched(&self) -> Result<Watched, Error> {
+        self.connect_driven(Driver::Watched).await
+    }
+
+    async fn connect_driven(&self, driver: Driver) -> Result<Watched, Error> {
         let mut order: Vec<usize> = (0..self.targets.len()).collect();
         if self.random_order {
             shuffle(&mut order);
@@ -22,7 +39,7 @@ impl ConnectOptions {
         let mut last = None;
         for i in order {
             let target = &self.targets[i];
-            match self.connect_one(target).await {
+            match self.connect_one(target, driver).await {
                 Ok(client) => return Ok(client),
                 Err(AttemptError::Driver(err)) => {
                     failures.push(format!(
@@ -65,22 +82,22 @@ impl ConnectOptions {
         )
     }
 
-    async fn connect_one(&self, target: &Target) -> Result<tokio_postgres::Client, AttemptError> {
+    async fn connect_one(&self, target: &Target, driver: Driver) -> Result<Watched, AttemptError> {
         use tokio_postgres::config::SslMode as DriverMode;
         match self.tls.mode {
             // libpq never asks for TLS over a Unix-domain socket.
             _ if target.host.socket_dir().is_some() => {
-                self.connect_with(target, DriverMode::Disable).await
+                self.connect_with(target, DriverMode::Disable, driver).await
             }
-            SslMode::Disable => self.connect_with(target, DriverMode::Disable).await,
+            SslMode::Disable => self.connect_with(target, DriverMode::Disable, driver).await,
             // libpq's allow: clear text first, TLS if the server refuses it.
-            SslMode::Allow => match self.connect_with(target, DriverMode::Disable).await {
+            SslMode::Allow => match self.connect_with(target, DriverMode::Disable, driver).await {
                 Ok(client) => Ok(client),
-                Err(_) => self.connect_with(target, DriverMode::Require).await,
+                Err(_) => self.connect_with(target, DriverMode::Require, driver).await,
             },
-            SslMode::Prefer => self.connect_with(target, DriverMode::Prefer).await,
+            SslMode::Prefer => self.connect_with(target, DriverMode::Prefer, driver).await,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
-                self.connect_with(target, DriverMode::Require).await
+                self.connect_with(target, DriverMode::Require, driver).await
             }
         }
     }
@@ -89,14 +106,15 @@ impl ConnectOptions {
         &self,
         target: &Target,
         mode: tokio_postgres::config::SslMode,
-    ) -> Result<tokio_postgres::Client, AttemptError> {
+        driver: Driver,
+    ) -> Result<Watched, AttemptError> {
         match self.connect_timeout {
-            Some(timeout) => tokio::time::timeout(timeout, self.attempt(target, mode))
+            Some(timeout) => tokio::time::timeout(timeout, self.attempt(target, mode, driver))
                 .await
                 .map_err(|_| AttemptError::TimedOut(timeout))?
                 .map_err(AttemptError::Driver),
             None => self
-                .attempt(target, mode)
+                .attempt(target, mode, driver)
                 .await
                 .map_err(AttemptError::Driver),
         }
@@ -106,7 +124,8 @@ impl ConnectOptions {
         &self,
         target: &Target,
         mode: tokio_postgres::config::SslMode,
-    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        driver: Driver,
+    ) -> Result<Watched, tokio_postgres::Error> {
         use tokio_postgres::config::SslMode as DriverMode;
         let mut config = self.base.clone();
         match &target.host {
@@ -132,20 +151,46 @@ impl ConnectOptions {
             config.password(password);
         }
         config.ssl_mode(mode);
-        let client = match (&self.tls.config, mode) {
+        Ok(match (&self.tls.config, mode) {
             (Some(tls), DriverMode::Prefer | DriverMode::Require) => {
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new((**tls).clone());
                 let (client, connection) = config.connect(connector).await?;
-                tokio::spawn(connection);
-                client
+                driver.drive(client, connection)
             }
             _ => {
                 let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
-                tokio::spawn(connection);
-                client
+                driver.drive(client, connection)
             }
-        };
-        Ok(client)
+        })
+    }
+}
+
+/// How a connection's task is spawned.
+#[derive(Debug, Clone, Copy)]
+enum Driver {
+    /// Its notifications are dropped (no receiver is handed out).
+    Plain,
+    /// Its notifications are forwarded ([`watch`]).
+    Watched,
+}
+
+impl Driver {
+    fn drive<S, T>(self, client: tokio_postgres::Client, connection: Connection<S, T>) -> Watched
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        T: TlsStream + Unpin + Send + 'static,
+    {
+        match self {
+            Self::Plain => {
+                tokio::spawn(connection);
+                let (_, notifications) = tokio::sync::mpsc::unbounded_channel();
+                Watched {
+                    client,
+                    notifications,
+                }
+            }
+            Self::Watched => watch(client, connection),
+        }
     }
 }
 

@@ -34,7 +34,7 @@ pub enum ConfigError {
 
 impl From<ConfigError> for Error {
     fn from(err: ConfigError) -> Self {
-        ErrorKind::Other {
+        ErrorKind::Configuration {
             message: err.to_string(),
         }
         .into()

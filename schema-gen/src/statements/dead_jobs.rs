@@ -1,13 +1,14 @@
 //! `dead_jobs`: the retention sweep, and the [`DeadJob`] row mapping.
 
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_query_postgres::PostgresBinder;
 
-use schema_model::{DeadJob, DeadJobs, QueueOpts, SchemaName, TableModel};
+use schema_model::{DeadJob, DeadJobs, SchemaName, TableModel};
 
-use sea_query_postgres::PostgresValues;
-
+use super::binder::{Binder, any_of, table};
+use super::define::{Build, statement};
 use super::row::get;
-use super::{Call, Decode, FromRow, RowError, Rows, Statement, any_of, build, table, values};
+use super::{Decode, FromRow, RowError, Rows};
 
 /// The columns of [`DeadJob`]: every column but `purge_at`, which the
 /// database computes.
@@ -21,66 +22,24 @@ pub fn dead_job_columns() -> Vec<DeadJobs> {
 
 impl FromRow for DeadJob {
     fn from_row(row: &tokio_postgres::Row) -> Result<Self, RowError> {
-        Ok(DeadJob {
-            id: get(row, DeadJobs::Id)?,
-            queue: get(row, DeadJobs::Queue)?,
-            payload: get(row, DeadJobs::Payload)?,
-            priority: get(row, DeadJobs::Priority)?,
-            run_at: get(row, DeadJobs::RunAt)?,
-            enqueued_at: get(row, DeadJobs::EnqueuedAt)?,
-            opts: QueueOpts {
-                visibility_timeout_s: get(row, DeadJobs::VisibilityTimeoutS)?,
-                max_attempts: get(row, DeadJobs::MaxAttempts)?,
-                backoff_base_s: get(row, DeadJobs::BackoffBaseS)?,
-                dead_letter_retention_s: get(row, DeadJobs::DeadLetterRetentionS)?,
-            },
-            attempts: get(row, DeadJobs::Attempts)?,
-            worker_id: get(row, DeadJobs::WorkerId)?,
-            claimed_at: get(row, DeadJobs::ClaimedAt)?,
-            last_error: get(row, DeadJobs::LastError)?,
-            died_at: get(row, DeadJobs::DiedAt)?,
-        })
+        let mut dead = DeadJob::default();
+        dead.id = get(row, DeadJobs::Id)?;
+        dead.queue = get(row, DeadJobs::Queue)?;
+        dead.payload = get(row, DeadJobs::Payload)?;
+        dead.priority = get(row, DeadJobs::Priority)?;
+        dead.run_at = get(row, DeadJobs::RunAt)?;
+        dead.enqueued_at = get(row, DeadJobs::EnqueuedAt)?;
+        dead.opts.visibility_timeout_s = get(row, DeadJobs::VisibilityTimeoutS)?;
+        dead.opts.max_attempts = get(row, DeadJobs::MaxAttempts)?;
+        dead.opts.backoff_base_s = get(row, DeadJobs::BackoffBaseS)?;
+        dead.opts.dead_letter_retention_s = get(row, DeadJobs::DeadLetterRetentionS)?;
+        dead.attempts = get(row, DeadJobs::Attempts)?;
+        dead.worker_id = get(row, DeadJobs::WorkerId)?;
+        dead.claimed_at = get(row, DeadJobs::ClaimedAt)?;
+        dead.last_error = get(row, DeadJobs::LastError)?;
+        dead.died_at = get(row, DeadJobs::DiedAt)?;
+        Ok(dead)
     }
-}
-
-/// Dead-letter sweep: deletes up to `limit` dead jobs whose own retention
-/// lapsed before `now` (`purge_at < now`), oldest first, through
-/// `dead_jobs_purge_idx`, skipping rows another sweeper holds, and returns
-/// them as [`DeadJob`]s.
-///
-/// ```
-/// use schema_gen::statements::dead_jobs;
-/// use schema_model::SchemaName;
-///
-/// let s = dead_jobs::sweep(&SchemaName::default(), 1_700_000_000, 500);
-/// assert_eq!(
-///     s.sql(),
-///     concat!(
-///         r#"DELETE FROM "alkstore"."dead_jobs" WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."dead_jobs" "#,
-///         r#"WHERE "purge_at" < $1 ORDER BY "purge_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) "#,
-///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "enqueued_at", "visibility_timeout_s", "#,
-///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "#,
-///         r#""claimed_at", "last_error", "died_at""#,
-///     )
-/// );
-/// assert_eq!(s.param_names(), ["now", "limit"]);
-/// ```
-pub fn sweep(schema: &SchemaName, now: i64, limit: u32) -> Statement {
-    build("dead_letter_sweep", |b| {
-        let mut lapsed = Query::select();
-        lapsed
-            .column(DeadJobs::Id)
-            .from(table::<DeadJobs>(schema))
-            .and_where(Expr::col(DeadJobs::PurgeAt).lt(b.now(now)))
-            .order_by(DeadJobs::PurgeAt, Order::Asc);
-        b.limit(&mut lapsed, limit);
-        lapsed.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
-        Query::delete()
-            .from_table(table::<DeadJobs>(schema))
-            .and_where(any_of(DeadJobs::Id, lapsed))
-            .returning(Query::returning().columns(dead_job_columns()))
-            .to_owned()
-    })
 }
 
 /// The `id` of the `dead_jobs` row a statement returned (`RETURNING id`):
@@ -96,24 +55,55 @@ impl Decode for DeadJobId {
     }
 }
 
-/// A call of [`sweep`]: returns the dead jobs it deleted.
-#[derive(Debug, Clone, Copy)]
-pub struct Sweep {
-    /// The current unix second.
-    pub now: i64,
-    /// The most dead jobs to delete.
-    pub limit: u32,
+statement! {
+    name: "dead_letter_sweep",
+    returns: Rows<DeadJob>,
+    /// Dead-letter sweep: deletes up to `limit` dead jobs whose own
+    /// retention lapsed before `now` (`purge_at < now`), oldest first,
+    /// through `dead_jobs_purge_idx`, skipping rows another sweeper holds,
+    /// and returns them as [`DeadJob`]s.
+    ///
+    /// ```
+    /// use schema_gen::statements::dead_jobs;
+    /// use schema_model::SchemaName;
+    ///
+    /// let s = dead_jobs::sweep(&SchemaName::default(), 1_700_000_000, 500);
+    /// assert_eq!(
+    ///     s.sql(),
+    ///     concat!(
+    ///         r#"DELETE FROM "alkstore"."dead_jobs" WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."dead_jobs" "#,
+    ///         r#"WHERE "purge_at" < $1 ORDER BY "purge_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) "#,
+    ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "enqueued_at", "visibility_timeout_s", "#,
+    ///         r#""max_attempts", "backoff_base_s", "dead_letter_retention_s", "attempts", "worker_id", "#,
+    ///         r#""claimed_at", "last_error", "died_at""#,
+    ///     )
+    /// );
+    /// assert_eq!(s.param_names(), ["now", "limit"]);
+    /// ```
+    pub fn sweep;
+    /// A call of [`sweep`]: returns the dead jobs it deleted.
+    pub struct Sweep {
+        /// The current unix second.
+        pub now: i64,
+        /// The most dead jobs to delete.
+        pub limit: u32,
+    }
 }
 
-impl Call for Sweep {
-    const NAME: &'static str = "dead_letter_sweep";
-    type Returns = Rows<DeadJob>;
-
-    fn statement(&self, schema: &SchemaName) -> Statement {
-        sweep(schema, self.now, self.limit)
-    }
-
-    fn values(&self) -> PostgresValues {
-        values([self.now.into(), u64::from(self.limit).into()])
+impl Build for Sweep {
+    fn build(&self, schema: &SchemaName, b: &mut Binder) -> impl PostgresBinder {
+        let mut lapsed = Query::select();
+        lapsed
+            .column(DeadJobs::Id)
+            .from(table::<DeadJobs>(schema))
+            .and_where(Expr::col(DeadJobs::PurgeAt).lt(b.now(self.now)))
+            .order_by(DeadJobs::PurgeAt, Order::Asc);
+        b.limit(&mut lapsed, self.limit);
+        lapsed.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        Query::delete()
+            .from_table(table::<DeadJobs>(schema))
+            .and_where(any_of(DeadJobs::Id, lapsed))
+            .returning(Query::returning().columns(dead_job_columns()))
+            .take()
     }
 }

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | 1 | the `e63468a` release | no: recognised by its shape |
 //! | 2 | the `b8b70fe` release (`jobs.ready`, `jobs_promote_idx`, a new claim-index predicate, `jobs_claimed_job_is_ready`, `jobs`' storage parameters) | no: recognised by its shape |
-//! | 3 | this model (adds [`SchemaVersions`](crate::SchemaVersions)) | `schema_versions` |
+//! | 3 | the `0.3.0` release, this model until the next ships (adds [`SchemaVersions`](crate::SchemaVersions)) | `schema_versions` |
 //!
 //! A shipped version is kept as reviewed text in `schema-model/history/vN/`,
 //! exactly as its release printed it: `schema.sql` (`schema-gen sql`, which a
@@ -30,32 +30,112 @@
 //! get in a new `NOT NULL` column, the backfills, and the constraints that
 //! the previous release's writes would break (validated only at the contract).
 //!
-//! # Releasing a version
+//! # Shipping a version: the recipe
 //!
-//! When this release ships, copy `snapshots/ddl_alkstore.snap`,
-//! `describe_json.snap` and `statements_json.snap` (without insta's header)
-//! into `history/v3/` and list them in [`versions`]; the next model change is
-//! then version 4 (bump [`MODEL_VERSION`]), with its hints. The tests pin the
-//! text of every shipped version, so a shipped version cannot change.
+//! A model change ships as the next version. Say the model is version 3 and
+//! the change is "unique jobs" (a nullable `jobs.unique_key` and a partial
+//! unique index on it):
+//!
+//! 1. `cargo xtask ship-version` freezes the model as the version it is:
+//!    it writes `history/v3/{schema.sql, describe.json, statements.json}`
+//!    from this build's `schema-gen sql`, `describe --format json` and
+//!    `statements --format json`, lists version 3 as shipped in this file
+//!    (`shipped!(3, "0.3.0")`, which makes [`MODEL_VERSION`] 4) with its
+//!    pins, starts `src/history/v4.rs` (version 4's [`UpgradeHints`]) and
+//!    registers it here, bumps the release in the workspace's `Cargo.toml`
+//!    and lets cargo update `Cargo.lock`.
+//! 2. Change the model: the table's file (`src/jobs.rs`: the column in its
+//!    `match`, `IndexDef::new(...).unique().partial(...)`; an index can be
+//!    unique, partial and on expressions, every kind the planner builds
+//!    online).
+//! 3. Declare in `src/history/v4.rs` what the shapes cannot say: a new `NOT
+//!    NULL` column's transitional default, backfills, `CHECK`s deferred to
+//!    the contract. The planner refuses a change it cannot carry online,
+//!    naming the hint to declare (`schema-gen`'s tests plan every version).
+//! 4. `cargo test --workspace`, then review the snapshot diffs and move the
+//!    `.snap.new` files over: the DDL (`ddl_alkstore`, `ddl_alkstore_citus`,
+//!    `ddl_tenant_42`), the description (`describe_json`,
+//!    `describe_markdown`), the live catalog (`pg_live_catalog`) and the
+//!    version `check` names for a missing schema (`check_json_missing_schema`);
+//!    the statements' only if a statement changed.
+//!
+//! The files a version touches, then: 7 written by the command (the 3
+//! frozen texts, this file, the next version's hints file, `Cargo.toml`,
+//! `Cargo.lock`), 1 or 2 by hand (the table's file, and the hints when the
+//! change needs one), and 7 snapshots the tests regenerate for review (a
+//! new column also needs its field in the table's value shape, and the
+//! statements that write it). Tried on a copy of this repository: `cargo
+//! xtask ship-version`, then an index added to `jobs`, took exactly these
+//! files, and every test that names no snapshot passed unchanged. No
+//! test, doc-test or README names the current version: they read
+//! [`MODEL_VERSION`] and [`versions`]. A version shipped without its pins
+//! fails the pin test, which prints the line to paste; a shipped text that
+//! changes fails it too. `tests/next_version.rs` (in the tests crate) plans
+//! and applies a throwaway version after the model, with a unique partial
+//! index and an expression index, through the whole machinery, without
+//! shipping it.
 
 mod v2;
 mod v3;
+// release: hint modules end here
 
 use serde::{Deserialize, Serialize};
 
 use crate::description::TableDescription;
 use crate::table::TableModel;
 
+/// A shipped version: its number, its release, and its three files in
+/// `schema-model/history/v<number>/`.
+macro_rules! shipped {
+    ($number:literal, $release:literal) => {
+        Shipped {
+            number: $number,
+            release: $release,
+            schema_sql: include_str!(concat!("../../history/v", $number, "/schema.sql")),
+            describe_json: include_str!(concat!("../../history/v", $number, "/describe.json")),
+            statements_json: include_str!(concat!("../../history/v", $number, "/statements.json")),
+        }
+    };
+}
+
+/// Every shipped version, oldest first, one line each (`cargo xtask
+/// ship-version` adds the next). The model is the version after the last.
+const SHIPPED: &[Shipped] = &[
+    shipped!(1, "e63468a"),
+    shipped!(2, "b8b70fe"),
+    // release: shipped versions end here
+];
+
+/// What an upgrade to `number` needs beyond the difference between the
+/// shapes (`cargo xtask ship-version` registers the next version's).
+fn hints(number: u32) -> UpgradeHints {
+    match number {
+        2 => v2::hints(),
+        3 => v3::hints(),
+        // release: hints end here
+        _ => UpgradeHints::default(),
+    }
+}
+
 /// The version of the schema this model renders: what a fresh bootstrap
-/// creates and what `schema-gen upgrade` moves an older database to.
+/// creates and what `schema-gen upgrade` moves an older database to. It is
+/// the version after the last shipped one, so shipping a version moves it.
 ///
 /// ```
-/// assert_eq!(schema_model::history::MODEL_VERSION, 3);
+/// use schema_model::history::{MODEL_VERSION, versions};
+///
+/// let shipped = versions().iter().filter(|v| v.shipped.is_some()).count();
+/// assert_eq!(MODEL_VERSION as usize, shipped + 1);
 /// ```
-pub const MODEL_VERSION: u32 = 3;
+pub const MODEL_VERSION: u32 = SHIPPED.len() as u32 + 1;
 
 /// The oldest version an upgrade starts from.
 pub const FIRST_VERSION: u32 = 1;
+
+/// The first version that records itself in
+/// [`SchemaVersions`](crate::SchemaVersions): databases of the versions
+/// before it are recognised by their shape.
+pub const FIRST_RECORDED_VERSION: u32 = 3;
 
 /// One schema version.
 #[derive(Debug, Clone)]
@@ -75,6 +155,10 @@ pub struct SchemaVersion {
 /// The text of a shipped version, for the schema `alkstore`.
 #[derive(Debug, Clone, Copy)]
 pub struct Shipped {
+    /// Its number.
+    pub number: u32,
+    /// The release that created it.
+    pub release: &'static str,
     /// `schema-gen sql` of that release: a psql-runnable script.
     pub schema_sql: &'static str,
     /// `schema-gen describe --format json` of that release.
@@ -87,46 +171,59 @@ pub struct Shipped {
 /// Every version, oldest first; the last is [`MODEL_VERSION`].
 ///
 /// ```
-/// use schema_model::history::{versions, MODEL_VERSION};
+/// use schema_model::history::{versions, FIRST_VERSION, MODEL_VERSION};
 ///
 /// let numbers: Vec<u32> = versions().iter().map(|v| v.number).collect();
-/// assert_eq!(numbers, [1, 2, 3]);
-/// assert_eq!(numbers.last(), Some(&MODEL_VERSION));
+/// assert_eq!(numbers, (FIRST_VERSION..=MODEL_VERSION).collect::<Vec<_>>());
 /// ```
 pub fn versions() -> Vec<SchemaVersion> {
-    vec![
-        SchemaVersion {
-            number: 1,
-            release: "e63468a",
-            shipped: Some(Shipped {
-                schema_sql: include_str!("../../history/v1/schema.sql"),
-                describe_json: include_str!("../../history/v1/describe.json"),
-                statements_json: include_str!("../../history/v1/statements.json"),
-            }),
-            hints: UpgradeHints::default(),
-        },
-        SchemaVersion {
-            number: 2,
-            release: "b8b70fe",
-            shipped: Some(Shipped {
-                schema_sql: include_str!("../../history/v2/schema.sql"),
-                describe_json: include_str!("../../history/v2/describe.json"),
-                statements_json: include_str!("../../history/v2/statements.json"),
-            }),
-            hints: v2::hints(),
-        },
-        SchemaVersion {
+    SHIPPED
+        .iter()
+        .map(|shipped| SchemaVersion {
+            number: shipped.number,
+            release: shipped.release,
+            shipped: Some(*shipped),
+            hints: hints(shipped.number),
+        })
+        .chain(std::iter::once(SchemaVersion {
             number: MODEL_VERSION,
             release: env!("CARGO_PKG_VERSION"),
             shipped: None,
-            hints: v3::hints(),
-        },
-    ]
+            hints: hints(MODEL_VERSION),
+        }))
+        .collect()
 }
 
 /// The version numbered `number`, if there is one.
 pub fn version(number: u32) -> Option<SchemaVersion> {
     versions().into_iter().find(|v| v.number == number)
+}
+
+/// The line of a version's pins in the pin test (`(N, [0x..., 0x...,
+/// 0x...]),`): the fingerprints of its `schema.sql`, `describe.json` and
+/// `statements.json`, as `cargo xtask ship-version` writes it and the pin
+/// test asks for it.
+pub fn pin_line(number: u32, texts: [&str; 3]) -> String {
+    let pins = texts.map(|text| {
+        let hex = format!("{:016x}", fingerprint(text));
+        format!(
+            "0x{}_{}_{}_{}",
+            &hex[0..4],
+            &hex[4..8],
+            &hex[8..12],
+            &hex[12..16]
+        )
+    });
+    format!("({number}, [{}]),", pins.join(", "))
+}
+
+/// The pin of a shipped text: FNV-1a over its bytes, enough to notice an
+/// edit (this is no security check, and needs no hashing crate in a no-I/O
+/// model crate). The pin test holds every shipped version to its pins.
+pub fn fingerprint(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The JSON `describe` prints: the family's tables for a schema.
@@ -154,9 +251,9 @@ impl SchemaVersion {
     }
 
     /// Whether the version records itself in [`SchemaVersions`](crate::SchemaVersions)
-    /// (versions 1 and 2 predate the table).
+    /// (the versions before [`FIRST_RECORDED_VERSION`] predate the table).
     pub fn records_itself(&self) -> bool {
-        self.number >= 3
+        self.number >= FIRST_RECORDED_VERSION
     }
 }
 
@@ -304,54 +401,69 @@ impl Condition {
 mod tests {
     use super::*;
 
-    /// FNV-1a over the bytes: enough to notice an edit (this is no
-    /// security check, and needs no hashing crate in a no-I/O model crate).
-    fn fingerprint(text: &str) -> u64 {
-        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        })
+    /// The pins of every shipped version's three files (`schema.sql`,
+    /// `describe.json`, `statements.json`), one line each (`cargo xtask
+    /// ship-version` adds the next).
+    const PINS: &[(u32, [u64; 3])] = &[
+        (
+            1,
+            [
+                0xd9b2_07c2_14b1_dcb7,
+                0xc36a_1f1c_d621_fdac,
+                0xb15c_e665_e6b1_0be9,
+            ],
+        ),
+        (
+            2,
+            [
+                0xd871_b136_915b_65a9,
+                0x091b_5313_f9ed_5b2b,
+                0xae68_5bb2_1e51_6155,
+            ],
+        ),
+        // release: pins end here
+    ];
+
+    /// The line of [`PINS`] for `shipped`, as it is to be pasted.
+    fn pin_of(shipped: &Shipped) -> String {
+        pin_line(
+            shipped.number,
+            [
+                shipped.schema_sql,
+                shipped.describe_json,
+                shipped.statements_json,
+            ],
+        )
     }
 
     /// A shipped version's text is what its release printed and deployed
-    /// databases hold: it never changes. (A new model is a new version.)
+    /// databases hold: it never changes. (A new model is a new version.) A
+    /// version shipped without a pin fails here with the line to paste.
     #[test]
     fn shipped_versions_are_pinned() {
-        let pinned: [(u32, [u64; 3]); 2] = [
-            (
-                1,
-                [
-                    0xd9b2_07c2_14b1_dcb7,
-                    0xc36a_1f1c_d621_fdac,
-                    0xb15c_e665_e6b1_0be9,
-                ],
-            ),
-            (
-                2,
-                [
-                    0xd871_b136_915b_65a9,
-                    0x091b_5313_f9ed_5b2b,
-                    0xae68_5bb2_1e51_6155,
-                ],
-            ),
-        ];
-        for (number, [sql, describe, statements]) in pinned {
-            let shipped = version(number).and_then(|v| v.shipped).unwrap();
+        for shipped in SHIPPED {
+            let line = pin_of(shipped);
+            let Some((_, pins)) = PINS.iter().find(|(number, _)| *number == shipped.number) else {
+                panic!(
+                    "version {} is shipped without a pin: add this line to PINS in \
+                     schema-model/src/history/mod.rs:\n        {line}",
+                    shipped.number
+                );
+            };
+            let found = [
+                shipped.schema_sql,
+                shipped.describe_json,
+                shipped.statements_json,
+            ]
+            .map(fingerprint);
             assert_eq!(
-                [
-                    fingerprint(shipped.schema_sql),
-                    fingerprint(shipped.describe_json),
-                    fingerprint(shipped.statements_json)
-                ],
-                [sql, describe, statements],
-                "version {number}'s shipped text changed: a shipped version is never edited"
+                found, *pins,
+                "version {}'s shipped text changed: a shipped version is never edited (its pins \
+                 now would be {line})",
+                shipped.number
             );
         }
-        let shipped: Vec<u32> = versions()
-            .iter()
-            .filter(|v| v.shipped.is_some())
-            .map(|v| v.number)
-            .collect();
-        assert_eq!(shipped, [1, 2], "a newly shipped version gets its pin here");
+        assert_eq!(PINS.len(), SHIPPED.len(), "a pin for a version not shipped");
     }
 
     #[test]
@@ -368,5 +480,20 @@ mod tests {
         }
         assert_eq!(versions.last().map(|v| v.number), Some(MODEL_VERSION));
         assert!(versions.last().is_some_and(|v| v.shipped.is_none()));
+    }
+
+    #[test]
+    fn a_shipped_versions_description_is_the_json_its_release_printed() {
+        for shipped in SHIPPED {
+            let parsed: serde_json::Value = serde_json::from_str(shipped.describe_json).unwrap();
+            assert_eq!(parsed["schema"], "alkstore", "v{}", shipped.number);
+            assert!(
+                shipped
+                    .schema_sql
+                    .contains("CREATE SCHEMA IF NOT EXISTS \"alkstore\""),
+                "v{}",
+                shipped.number
+            );
+        }
     }
 }
