@@ -8,6 +8,7 @@
 //! runs; and every refusal fires.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -704,12 +705,24 @@ async fn an_upgrade_killed_midway_completes_when_run_again() {
         .unwrap()
         .get(0);
     let mut quiet = |_: &Progress| {};
-    // The build waits for the writer until killed; a build that does not
-    // wait where it should, or waits elsewhere (a regression that takes
-    // SHARE on jobs, say), gives up at the 10 s wait bound and fails here,
-    // instead of waiting out the product's 10 minutes.
+    // The build waits for the writer until killed. A build that does not
+    // wait where it should, or waits elsewhere (a regression that builds
+    // without CONCURRENTLY, taking SHARE on jobs behind the writer), gives
+    // up at this run's own 3 s wait bound, and the killer stops looking
+    // when the run ends: the test fails in seconds, not at the product's
+    // 10 minutes.
+    let build_bound = UpgradeOptions {
+        wait_timeout: Duration::from_secs(3),
+        ..bounded()
+    };
+    let finished = AtomicBool::new(false);
+    let run = async {
+        let result = upgrade::upgrade(&mut upgrader, &schema, &build_bound, &mut quiet).await;
+        finished.store(true, SeqCst);
+        result
+    };
     let kill = async {
-        for _ in 0..400 {
+        while !finished.load(SeqCst) {
             let waiting = killer
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity
@@ -731,16 +744,10 @@ async fn an_upgrade_killed_midway_completes_when_run_again() {
         }
         false
     };
-    let defaults = bounded();
     let (result, killed) = within(
         Duration::from_secs(60),
         "an upgrade killed in an index build",
-        async {
-            tokio::join!(
-                upgrade::upgrade(&mut upgrader, &schema, &defaults, &mut quiet),
-                kill
-            )
-        },
+        async { tokio::join!(run, kill) },
     )
     .await;
     assert!(killed, "the index build never waited: {result:?}");
