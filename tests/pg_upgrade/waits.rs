@@ -41,7 +41,7 @@ async fn a_blocked_step_retries_then_gives_up_naming_the_holder() {
     let mut progress = recorder.callback();
     let started = std::time::Instant::now();
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(6),
         "a blocked upgrade",
         upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
     )
@@ -251,14 +251,14 @@ async fn the_wait_for_a_stronger_lock_gives_up_at_its_bound_naming_the_holder() 
     };
     let started = std::time::Instant::now();
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(5),
         "an upgrade behind a stronger lock",
         run_upgrade(&schema, &options),
     )
     .await
     .unwrap_err();
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        started.elapsed() < Duration::from_secs(4),
         "{:?}",
         started.elapsed()
     );

@@ -220,11 +220,17 @@ async fn a_backfill_batch_waits_at_most_the_lock_bound_then_retries_and_gives_up
             }
         }
     };
+    // A wait bound of 2 s: a batch that waited it instead of the lock
+    // bound, or retried without end, runs past the 8 s outer bound.
+    let options = UpgradeOptions {
+        wait_timeout: Duration::from_secs(2),
+        ..short()
+    };
     let mut upgrader = harness::connect().await;
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(8),
         "a backfill behind a SHARE lock",
-        upgrade::upgrade(&mut upgrader, &schema, &short(), &mut progress),
+        upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
     )
     .await
     .unwrap_err();
@@ -290,7 +296,7 @@ async fn a_backfill_batch_runs_at_most_the_statement_bound() {
     let started = Instant::now();
     let mut upgrader = harness::connect().await;
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(8),
         "a backfill batch slowed by a trigger",
         upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
     )

@@ -36,7 +36,7 @@ async fn an_index_build_waits_up_to_the_wait_bound_not_the_lock_bound() {
     };
     let mut upgrader = harness::connect().await;
     within(
-        Duration::from_secs(30),
+        Duration::from_secs(10),
         "an index build behind a snapshot",
         upgrade::upgrade(&mut upgrader, &schema, &short(), &mut progress),
     )
@@ -64,7 +64,7 @@ async fn an_index_build_waits_up_to_the_wait_bound_not_the_lock_bound() {
     };
     let mut upgrader = harness::connect().await;
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(8),
         "an index build behind a snapshot held throughout",
         upgrade::upgrade(&mut upgrader, &schema, &options, &mut progress),
     )
@@ -363,7 +363,7 @@ async fn the_catalog_reads_of_an_upgrade_wait_at_most_its_lock_bound() {
         ..short()
     };
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(5),
         "an upgrade behind ACCESS EXCLUSIVE",
         run_upgrade(&schema, &options),
     )
@@ -376,7 +376,7 @@ async fn the_catalog_reads_of_an_upgrade_wait_at_most_its_lock_bound() {
     );
     let reader = harness::connect().await;
     let err = within(
-        Duration::from_secs(20),
+        Duration::from_secs(5),
         "a dry run behind ACCESS EXCLUSIVE",
         upgrade::dry_run(&reader, &schema, &options, false),
     )
@@ -443,4 +443,69 @@ fn the_command_lines_lock_timeout_bounds_each_wait() {
         "{}",
         ran.stderr
     );
+}
+
+/// A validation (a wait that blocks no engine statement) is tried once: behind
+/// a session holding `SHARE UPDATE EXCLUSIVE` on `jobs` (taken as the
+/// contract's validation starts) it waits its wait bound, then the contract
+/// gives up saying so, with no retry (retried as a catalog change is, it
+/// would wait the wait bound again each attempt); the rerun completes it.
+#[tokio::test]
+async fn a_validation_waits_its_wait_bound_once_then_gives_up() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let client = harness::connect().await;
+    let schema = version_1(&client, "upg_validate_once").await;
+    run_upgrade(&schema, &short())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let side = Arc::new(SideSession::start());
+    let recorder = Recorder::default();
+    let mut record = recorder.callback();
+    let lock = format!(
+        "BEGIN; LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE",
+        jobs(&schema)
+    );
+    let mut progress = {
+        let side = side.clone();
+        move |event: &Progress| {
+            record(event);
+            if starts(event, |a| matches!(a, Action::ValidateConstraint { .. })) {
+                side.exec(&lock);
+            }
+        }
+    };
+    let options = UpgradeOptions {
+        wait_timeout: Duration::from_millis(300),
+        ..short()
+    };
+    let mut contractor = harness::connect().await;
+    let err = within(
+        Duration::from_secs(8),
+        "a contract whose validation waits behind SHARE UPDATE EXCLUSIVE",
+        upgrade::contract(&mut contractor, &schema, &options, &mut progress),
+    )
+    .await
+    .unwrap_err();
+    let words = err.to_string();
+    assert!(words.contains("300ms"), "{words}");
+    assert!(
+        words.contains(&format!("session {}", side.pid())),
+        "{words}"
+    );
+    let retries: Vec<Progress> = recorder
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Progress::LockRetry { .. }))
+        .collect();
+    assert!(
+        retries.is_empty(),
+        "a long wait was tried again: {retries:?}"
+    );
+    side.exec("ROLLBACK");
+    run_contract(&schema)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status(&client, &schema).await.state, VersionState::Current);
 }

@@ -281,3 +281,88 @@ async fn an_engine_waits_for_an_upgrade_to_its_version_to_finish() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(schema_gen::bootstrap(&mut client, &schema).await.is_ok());
 }
+
+/// A version after the model whose expand changes what a pending contract
+/// still changes (here the doc of `jobs.ready`, which version 2's contract
+/// backfills and whose default it drops) is refused until that contract has
+/// run, naming it, and nothing is changed; once contracted, it expands.
+#[tokio::test]
+async fn an_expand_that_touches_what_a_pending_contract_changes_waits_for_it() {
+    use schema_gen::upgrade::Upgrader;
+    use schema_gen::versions::History;
+    use schema_model::history::{SchemaVersion, Shipped, UpgradeHints, versions};
+    if harness::skip_db_tests() {
+        return;
+    }
+    let doc = "Whether the job may be claimed now (a throwaway version's words).";
+    let mut tables = schema_model::engine_family();
+    let ready = tables
+        .iter_mut()
+        .filter(|t| t.name == "jobs")
+        .flat_map(|t| t.columns.iter_mut())
+        .find(|c| c.name == "ready")
+        .unwrap_or_else(|| panic!("the model has jobs.ready"));
+    ready.doc = doc.to_owned();
+    let describe = serde_json::json!({ "schema": "alkstore", "tables": tables }).to_string();
+    let number = MODEL_VERSION + 1;
+    let mut all = versions();
+    all.push(SchemaVersion {
+        number,
+        release: "a throwaway version",
+        shipped: Some(Shipped {
+            number,
+            release: "a throwaway version",
+            schema_sql: "",
+            describe_json: Box::leak(describe.into_boxed_str()),
+            statements_json: "{\"statements\": []}",
+        }),
+        hints: UpgradeHints::default(),
+    });
+    let history = History::new(all).unwrap_or_else(|e| panic!("{e}"));
+
+    let client = harness::connect().await;
+    let schema = version_1(&client, "upg_contract_first").await;
+    run_upgrade(&schema, &short())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let comment = format!(
+        "SELECT col_description('{}'::regclass, a.attnum) FROM pg_attribute a
+         WHERE a.attrelid = '{}'::regclass AND a.attname = 'ready'",
+        jobs(&schema),
+        jobs(&schema)
+    );
+    let before: Option<String> = rows(&client, &comment).await[0].get(0);
+    let options = short();
+    let upgrader = Upgrader::new(&history, &options);
+    let mut upgrading = harness::connect().await;
+    let mut quiet = |_: &Progress| {};
+    let err = within(
+        Duration::from_secs(10),
+        "an expand behind a pending contract",
+        upgrader.expand(&mut upgrading, &schema, &mut quiet),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            schema_gen::ErrorKind::ContractFirst { pending: 2, .. }
+        ),
+        "{err}"
+    );
+    let after: Option<String> = rows(&client, &comment).await[0].get(0);
+    assert_eq!(after, before, "the refused expand changed the comment");
+
+    // This release's contract (the throwaway history's target is not
+    // expanded yet, so its contract would refuse).
+    run_contract(&schema)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let outcome = upgrader
+        .expand(&mut upgrading, &schema, &mut quiet)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.after.expanded, number);
+    let after: Option<String> = rows(&client, &comment).await[0].get(0);
+    assert_eq!(after.as_deref(), Some(doc));
+}
