@@ -9,15 +9,12 @@
 //! own, so a guard that regresses fails it in seconds.
 //!
 //! How these were found, and how to find the next ones: list every guard
-//! of `schema-gen/src/upgrade/` (and what bootstrap and `check` do with
-//! versions), remove or weaken it by hand (updating its SQL pins so that
-//! only behaviour can tell), run `pg_upgrade`, `upgrade_guards` and
-//! `schema-gen --lib`, note which test fails, and revert. A guard no test
-//! catches gets a test here. The guards and the test that catches each:
-//!
-//! | guard removed or weakened | test that fails |
-//! |---|---|
-//! | GUARD TABLE FILLED IN BELOW | |
+//! of `schema-gen/src/upgrade/` and `schema-gen/src/versions/` (and what
+//! bootstrap and `check` do with versions), remove or weaken it by hand,
+//! run the test meant to catch it, see it fail, revert. The guards, where
+//! they are, the test that catches each and what it reported without the
+//! guard: `tests/UPGRADE_GUARDS.md`. A guard no test catches gets a test
+//! here and a row there.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};

@@ -9,16 +9,31 @@ async fn stop_after_each_step(client: &Client, schema: &SchemaName, contract: bo
     let mut stopped = 0;
     // Each step is stopped after once (a backfill runs again on every run).
     let stopped_after: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    // The steps done in an earlier run, and those a later run started again
+    // instead of finding them done (a backfill always runs again).
+    let finished: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let again: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     loop {
         let mut upgrader = harness::connect().await;
         let pid = backend_pid(&upgrader).await;
         let side = SideSession::start();
         let mut ended = false;
         let stopped_after = stopped_after.clone();
+        let (finished, again_now) = (finished.clone(), again.clone());
         let mut progress = move |event: &Progress| {
+            if let Progress::StepStarted { step, .. } = event
+                && !matches!(step.action, Action::Backfill { .. })
+                && finished.lock().is_ok_and(|f| f.contains(&step.describe()))
+                && let Ok(mut again) = again_now.lock()
+            {
+                again.push(step.describe());
+            }
             let Progress::StepDone { step, .. } = event else {
                 return;
             };
+            if let Ok(mut finished) = finished.lock() {
+                finished.push(step.describe());
+            }
             let Ok(mut stopped_after) = stopped_after.lock() else {
                 return;
             };
@@ -37,7 +52,14 @@ async fn stop_after_each_step(client: &Client, schema: &SchemaName, contract: bo
             }
         };
         match within(RUN_LIMIT, "a run stopped after a step", run).await {
-            Ok(_) => return stopped,
+            Ok(_) => {
+                let again = again.lock().map(|a| a.clone()).unwrap_or_default();
+                assert!(
+                    again.is_empty(),
+                    "a rerun ran again steps the catalog shows done: {again:?}"
+                );
+                return stopped;
+            }
             Err(err) => {
                 stopped += 1;
                 let found = status(client, schema).await;
