@@ -293,6 +293,31 @@ fn help_documents_apply_and_check_without_showing_the_url() {
     let out = schema_gen(&["check", "--help"], Some("postgres://u:sekret@db/app"));
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("[env: DATABASE_URL"), "{help}");
+    // Every state, with its exit code, and the policy's flag.
+    for (code, state) in [
+        (0, "matches"),
+        (1, "drift"),
+        (2, "error"),
+        (3, "needs_upgrade"),
+        (4, "contract_pending"),
+        (5, "foreign_objects"),
+        (6, "newer_version"),
+    ] {
+        assert!(
+            help.lines()
+                .any(|line| line.trim_start().starts_with(&format!("{code} {state} "))),
+            "check --help lacks {code} {state}:\n{help}"
+        );
+    }
+    for needle in [
+        "--allow-foreign <NAME>",
+        "the worst wins: 2, 1, 6, 3, 4, 5, 0",
+    ] {
+        assert!(
+            help.contains(needle),
+            "check --help lacks {needle:?}:\n{help}"
+        );
+    }
     assert!(
         !help.contains("sekret"),
         "check --help shows the URL:\n{help}"

@@ -74,8 +74,9 @@ fn json_reports() {
     assert_eq!(
         json(&stdout),
         json(&format!(
-            r#"{{"schema": "<schema>", "matches": true, "differences": [], "version": {{
-                "state": "current", "found": {v}, "contracted": {v}, "model": {v},
+            r#"{{"schema": "<schema>", "state": "matches", "exit_code": 0, "matches": true,
+                "differences": [], "version": {{
+                "state": "current", "found": {v}, "contracted": {v}, "model": {v}, "nearest": null,
                 "serves_model": true, "message": "schema <schema> matches the model (version {v})"}}}}"#,
             v = MODEL_VERSION
         ))
@@ -130,4 +131,37 @@ fn json_reports() {
         })
         .collect();
     assert_eq!(kinds, vec![("comment", true)], "{stdout}");
+
+    // A DBA's reporting index: foreign, its own class; not allowed, then
+    // allowed by name.
+    rt.block_on(harness::exec(
+        &client,
+        &format!("CREATE INDEX jobs_enqueued_at_report_idx ON {raw}.jobs (enqueued_at)"),
+    ));
+    let (code, stdout, stderr) = run("check");
+    assert_eq!((code, stderr.as_str()), (ExitCode::from(5), ""), "{stdout}");
+    insta::assert_snapshot!("check_json_foreign", stdout);
+    let args = args("check");
+    let mut allowing: Vec<&str> = args.iter().map(String::as_str).collect();
+    allowing.extend(["--allow-foreign", "jobs_enqueued_at_report_idx"]);
+    let ran = cli(&allowing);
+    assert_eq!(ran.code, ExitCode::SUCCESS, "{}", ran.stdout);
+    let checked = json(&ran.stdout);
+    assert_eq!(
+        (
+            &checked["state"],
+            &checked["exit_code"],
+            &checked["matches"]
+        ),
+        (&"matches".into(), &0.into(), &true.into()),
+        "{}",
+        ran.stdout
+    );
+    let foreign = &checked["differences"][0];
+    assert_eq!(
+        (&foreign["class"], &foreign["allowed"]),
+        (&"foreign".into(), &true.into()),
+        "{}",
+        ran.stdout
+    );
 }

@@ -17,7 +17,8 @@
 //! `Incremental Sort`), on the claim with its index replaced. The other
 //! test shows a semantic the statements promise: a gap-free stream reader
 //! does not skip an id that commits late (the rest are in
-//! `tests/statements.rs`).
+//! `tests/statements.rs`). The same statements beside a DBA's reporting
+//! indexes: `hot_paths_dba.rs`.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,9 @@ use schema_gen::statements::{
 };
 use schema_model::{ConsumedEvent, ConsumerOffset, Job, Layout, Schedule, SchemaName, StreamEvent};
 use tokio_postgres::Client;
+
+#[path = "hot_paths_dba.rs"]
+mod dba;
 
 /// The unix second the seeded data is built around.
 const NOW: i64 = 1_000_000;

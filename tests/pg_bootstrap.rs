@@ -72,6 +72,7 @@ async fn bootstrap_twice_creates_then_is_already_current() {
         Outcome::AlreadyCurrent {
             schema: schema.clone(),
             stale_comments: vec![],
+            foreign: vec![],
         }
     );
     assert_eq!(
@@ -362,13 +363,22 @@ async fn thirty_two_concurrent_bootstraps_of_one_fresh_schema_all_succeed_and_on
     }
     // All sessions start together, so they all see the schema missing.
     let barrier = Arc::new(tokio::sync::Barrier::new(SESSIONS));
+    // The waiters take the bootstrap lock one after another, each reading
+    // the catalog under it: on a loaded 2-core machine, with the other
+    // tests running, 31 of those took more than the default 5 s. The bound
+    // is not what this test is about (`lock_timeout` tests are below).
+    let options = Options {
+        lock_timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
     let mut tasks = tokio::task::JoinSet::new();
     for mut client in clients {
         let schema = schema.clone();
         let barrier = Arc::clone(&barrier);
+        let options = options.clone();
         tasks.spawn(async move {
             barrier.wait().await;
-            bootstrap(&mut client, &schema).await
+            bootstrap_with(&mut client, &schema, &options).await
         });
     }
     let mut created = 0;
@@ -704,6 +714,7 @@ async fn bootstrap_creates_missing_tables_of_an_existing_schema_and_touches_noth
                     .filter(|s| s.object.starts_with("locks")
                         || s.object.starts_with("consumed_events"))
                     .count(),
+            foreign: vec![],
         }
     );
     assert_eq!(verify(&client, &schema).await.unwrap(), vec![]);
@@ -802,8 +813,9 @@ async fn co_tenants_are_untouched_and_two_engine_schemas_stay_apart() {
         listed.contains(&"missing column jobs.id".to_owned()),
         "{listed:?}"
     );
+    // The consumer's other table is foreign: not in the way, so not listed.
     assert!(
-        listed.contains(&"extra table events (not in the model)".to_owned()),
+        err.differences().iter().all(|d| !d.is_foreign()),
         "{listed:?}"
     );
     assert_eq!(consumer_dump(&client).await, before);

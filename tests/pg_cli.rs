@@ -64,6 +64,7 @@ fn sql_piped_into_psql_twice_then_check_is_clean_and_bootstrap_is_current() {
         Outcome::AlreadyCurrent {
             schema: schema.clone(),
             stale_comments: vec![],
+            foreign: vec![],
         }
     );
 
@@ -404,16 +405,19 @@ fn the_dba_path_and_the_plain_apply_path_both_end_in_a_passing_check() {
     rt.block_on(async {
         let admin = harness::connect().await;
         admin
-            .batch_execute(&format!("ALTER TABLE {dba}.locks ADD COLUMN note text"))
+            .batch_execute(&format!(
+                "ALTER TABLE {dba}.locks ADD COLUMN note text NOT NULL"
+            ))
             .await
             .unwrap();
     });
     let checked = cli(&["check", "--database-url", &url, "--schema", &dba]);
     assert_eq!(checked.code, ExitCode::from(1), "{}", checked.stdout);
     assert!(
-        checked
-            .stdout
-            .contains("  extra column locks.note (text)\n"),
+        checked.stdout.contains(
+            "  extra column locks.note (text): NOT NULL, so every insert of the engine, which \
+             leaves it out, fails\n"
+        ),
         "{}",
         checked.stdout
     );

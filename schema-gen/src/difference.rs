@@ -30,12 +30,16 @@ pub enum Difference {
         /// The table's name.
         table: String,
     },
-    /// A relation the model does not declare lives in the engine schema.
+    /// A relation the model does not declare lives in the engine schema (a
+    /// table, view, sequence, ...): foreign, the engine never reads or
+    /// writes it, unless its name is one an upgrade from here creates.
     ExtraRelation {
         /// Its name.
         name: String,
         /// What it is, in words (`table`, `view`, ...).
         what: String,
+        /// Why it is in the way, in words; `None` for a foreign relation.
+        risk: Option<String>,
     },
     /// A table of the model exists as something else than a permanent table.
     RelationKind {
@@ -51,7 +55,10 @@ pub enum Difference {
         /// The column's name.
         column: String,
     },
-    /// A column the model does not declare.
+    /// A column the model does not declare: foreign when it is nullable,
+    /// with no default, identity or generation and a type that is no domain
+    /// (the engine's statements name their columns, and its inserts leave
+    /// it NULL), drift otherwise.
     ExtraColumn {
         /// The table's name.
         table: String,
@@ -59,6 +66,9 @@ pub enum Difference {
         column: String,
         /// Its type, as `format_type` reports it.
         found_type: String,
+        /// Why it can change what the engine's statements do, in words;
+        /// `None` for a foreign column.
+        risk: Option<String>,
     },
     /// A column has another type.
     ColumnType {
@@ -100,7 +110,10 @@ pub enum Difference {
         /// The model's definition (from `USING` on).
         expected: String,
     },
-    /// An index the model does not declare.
+    /// An index the model does not declare: foreign when it is not unique
+    /// and all it evaluates on a write (keys, predicate) is PostgreSQL's own
+    /// leakproof functions and operators, its operator classes and
+    /// collations PostgreSQL's own; drift otherwise.
     ExtraIndex {
         /// The table it is on.
         table: String,
@@ -108,6 +121,15 @@ pub enum Difference {
         index: String,
         /// Its definition (from `USING` on).
         found: String,
+        /// Why it can change what the engine's statements do, in words;
+        /// `None` for a foreign index.
+        risk: Option<String>,
+        /// Its key columns that the model's indexes of the table have too:
+        /// columns the engine's statements search or order by, so the
+        /// planner may choose this index for them (with statistics that
+        /// have not seen a new queue yet, a claim can then read the whole
+        /// queue and sort it). Empty when it shares none.
+        engine_columns: Vec<String>,
     },
     /// An index has the model's name and another definition.
     IndexDefinition {
@@ -264,6 +286,20 @@ pub enum Difference {
         /// The child, qualified.
         child: String,
     },
+    /// A foreign key of another table references an engine table: the
+    /// engine's deletes and updates of that table check it (and fail, or
+    /// cascade, and wait for locks on the other table). The model declares
+    /// none.
+    ReferencedBy {
+        /// The engine table's name.
+        table: String,
+        /// The referencing table, qualified.
+        by: String,
+        /// The foreign key's name.
+        constraint: String,
+        /// `pg_get_constraintdef`.
+        definition: String,
+    },
     /// A comment differs from the model's doc (documentation only).
     Comment {
         /// `schema alk`, `table jobs` or `column jobs.queue`.
@@ -294,24 +330,91 @@ pub enum Difference {
     },
 }
 
+/// What a [`Difference`] means for the engine: the one place that decides
+/// whether bootstrap refuses, `check` fails, an upgrade plans around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// An engine object that does not exist yet and that bootstrap creates
+    /// (a missing schema or table).
+    Missing,
+    /// A comment: documentation, never a reason to refuse.
+    Documentation,
+    /// An object the model does not own and that cannot change what the
+    /// engine's statements read, write or return (a DBA's reporting index,
+    /// a nullable column without default, a table or view of its own):
+    /// reported, left alone, never refused; `check`'s policy decides
+    /// whether it fails CI.
+    Foreign,
+    /// Anything else: an engine object with another shape than the model's,
+    /// or an object that can change what the engine's statements do (a
+    /// unique index, a trigger, a rule, a `CHECK`, a default, row-level
+    /// security, a foreign key, a `NOT NULL` extra column, ...). Bootstrap
+    /// refuses; an upgrade refuses.
+    Drift,
+}
+
 impl Difference {
+    /// What this difference means for the engine ([`Class`]).
+    pub fn class(&self) -> Class {
+        match self {
+            Self::MissingSchema { .. } | Self::MissingTable { .. } => Class::Missing,
+            Self::Comment { .. } => Class::Documentation,
+            Self::ExtraRelation { risk: None, .. }
+            | Self::ExtraColumn { risk: None, .. }
+            | Self::ExtraIndex { risk: None, .. } => Class::Foreign,
+            _ => Class::Drift,
+        }
+    }
+
     /// Whether this is an engine object that does not exist yet and that
     /// bootstrap creates (a missing schema or table), rather than drift.
     pub fn is_missing_object(&self) -> bool {
-        matches!(self, Self::MissingSchema { .. } | Self::MissingTable { .. })
+        self.class() == Class::Missing
     }
 
     /// Whether this is a comment difference: documentation, not shape.
     /// `check` reports it; bootstrap never refuses over it, and a re-run of
     /// the printed script (`schema-gen sql | psql`) refreshes comments.
     pub fn is_comment(&self) -> bool {
-        matches!(self, Self::Comment { .. })
+        self.class() == Class::Documentation
     }
 
-    /// Whether this is drift: an object that exists with another shape than
-    /// the model's, or that the model does not declare. Bootstrap refuses.
+    /// Whether this is a foreign object ([`Class::Foreign`]): reported,
+    /// never refused.
+    pub fn is_foreign(&self) -> bool {
+        self.class() == Class::Foreign
+    }
+
+    /// Whether this is drift ([`Class::Drift`]): bootstrap refuses.
     pub fn is_drift(&self) -> bool {
-        !self.is_missing_object() && !self.is_comment()
+        self.class() == Class::Drift
+    }
+
+    /// The same extra object, drift for `reason` (a foreign object whose
+    /// name an upgrade from here would create); any other difference as it
+    /// is.
+    pub fn in_the_way(mut self, reason: String) -> Self {
+        if let Self::ExtraRelation { risk, .. }
+        | Self::ExtraColumn { risk, .. }
+        | Self::ExtraIndex { risk, .. } = &mut self
+        {
+            *risk = Some(reason);
+        }
+        self
+    }
+
+    /// The name an extra object goes by (in `check --allow-foreign`, and
+    /// when an upgrade would create an object of that name): an index's or
+    /// relation's name, `table.column` for a column; `None` for every other
+    /// difference.
+    pub fn foreign_name(&self) -> Option<String> {
+        match self {
+            Self::ExtraRelation { name, .. } => Some(name.clone()),
+            Self::ExtraIndex { index, .. } => Some(index.clone()),
+            Self::ExtraColumn { table, column, .. } => Some(format!("{table}.{column}")),
+            _ => None,
+        }
     }
 }
 
@@ -330,9 +433,20 @@ impl fmt::Display for Difference {
                 found,
                 expected,
             } => write!(f, "{table} is {found}, layout {CITUS} says {expected}"),
-            Self::ExtraRelation { name, what } => {
-                write!(f, "extra {what} {name} (not in the model)")
+            Self::ExtraRelation { name, what, risk } => {
+                write!(f, "extra {what} {name} (not in the model)")?;
+                risk_words(f, risk)
             }
+            Self::ReferencedBy {
+                table,
+                by,
+                constraint,
+                definition,
+            } => write!(
+                f,
+                "{table}: foreign key {constraint} of {by} references it (`{definition}`): the \
+                 engine's deletes and updates of {table} check it; model says none"
+            ),
             Self::RelationKind { table, found } => {
                 write!(f, "{table}: is {found}, model says a permanent table")
             }
@@ -341,7 +455,11 @@ impl fmt::Display for Difference {
                 table,
                 column,
                 found_type,
-            } => write!(f, "extra column {table}.{column} ({found_type})"),
+                risk,
+            } => {
+                write!(f, "extra column {table}.{column} ({found_type})")?;
+                risk_words(f, risk)
+            }
             Self::ColumnType {
                 table,
                 column,
@@ -382,7 +500,22 @@ impl fmt::Display for Difference {
                 table,
                 index,
                 found,
-            } => write!(f, "extra index {index} on {table}: `{found}`"),
+                risk,
+                engine_columns,
+            } => {
+                write!(f, "extra index {index} on {table}: `{found}`")?;
+                risk_words(f, risk)?;
+                if risk.is_none() && !engine_columns.is_empty() {
+                    write!(
+                        f,
+                        " (it keys on {}, which the engine's statements search {table} by: \
+                         unless its predicate is one they never state, the planner may choose it \
+                         for them)",
+                        engine_columns.join(", ")
+                    )?;
+                }
+                Ok(())
+            }
             Self::IndexDefinition {
                 index,
                 found,
@@ -524,6 +657,14 @@ impl fmt::Display for Difference {
                 expected,
             } => write!(f, "comment on {object}: missing, model says {expected:?}"),
         }
+    }
+}
+
+/// `: <why it can change the engine's statements>`, when it can.
+fn risk_words(f: &mut fmt::Formatter<'_>, risk: &Option<String>) -> fmt::Result {
+    match risk {
+        Some(risk) => write!(f, ": {risk}"),
+        None => Ok(()),
     }
 }
 

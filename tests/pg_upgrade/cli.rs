@@ -70,8 +70,8 @@ async fn the_dry_run_is_a_plan_psql_runs() {
 
 /// `schema-gen upgrade` as an operator runs it: the dry run prints a script
 /// and changes nothing, the upgrade reports progress on stderr and the
-/// outcome (text or JSON) on stdout, `check` then passes with the contract
-/// pending, and the exit codes say drift (1) and errors (2).
+/// outcome (text or JSON) on stdout, `check` then says the contract is
+/// pending (4), and the exit codes say needs upgrade (3) and drift (1).
 #[test]
 fn the_upgrade_command_line() {
     use harness::cli::{run as cli, runtime};
@@ -98,7 +98,7 @@ fn the_upgrade_command_line() {
     let run = |args: Vec<String>| cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
 
     let check = cli(&["check", "--database-url", &url, "--schema", schema.as_str()]);
-    assert_eq!(check.code, ExitCode::from(1), "{}", check.stderr);
+    assert_eq!(check.code, ExitCode::from(3), "{}", check.stderr);
     assert!(
         check
             .stdout
@@ -141,7 +141,7 @@ fn the_upgrade_command_line() {
     );
 
     let check = cli(&["check", "--database-url", &url, "--schema", schema.as_str()]);
-    assert_eq!(check.code, ExitCode::SUCCESS, "{}", check.stdout);
+    assert_eq!(check.code, ExitCode::from(4), "{}", check.stdout);
     assert!(
         check.stdout.contains("with its contract pending"),
         "{}",
@@ -164,7 +164,7 @@ fn the_upgrade_command_line() {
     rt.block_on(exec(
         &client,
         &format!(
-            "ALTER TABLE \"{}\".locks ADD COLUMN x int",
+            "ALTER TABLE \"{}\".locks ADD COLUMN x int DEFAULT 0",
             drifted.as_str()
         ),
     ));
@@ -195,7 +195,7 @@ fn the_upgrade_command_line() {
     let json: serde_json::Value = serde_json::from_str(&refused.stdout).unwrap();
     assert_eq!(json["outcome"], "refused");
 
-    // An error: the contract before the expand.
+    // The contract before the expand: needs upgrade (3).
     let early = harness::unique_schema_name("up_cli_early");
     rt.block_on(create_version(&client, &early, 1));
     let err = cli(&[
@@ -206,7 +206,7 @@ fn the_upgrade_command_line() {
         "--schema",
         early.as_str(),
     ]);
-    assert_eq!(err.code, ExitCode::from(2), "{}", err.stdout);
+    assert_eq!(err.code, ExitCode::from(3), "{}", err.stdout);
     assert!(
         err.stderr.contains("cannot be contracted"),
         "{}",

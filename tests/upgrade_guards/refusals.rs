@@ -4,11 +4,11 @@
 
 use super::*;
 
-/// When the steps are done the catalog is read again: something that
-/// changes the schema meanwhile (here another session, between the last
-/// step and the end) makes the upgrade fail saying what differs, whether
-/// the change is drift (an extra column) or the first step of the contract
-/// (a check the contract adds).
+/// When the steps are done the catalog is read again: something that changes
+/// the schema meanwhile (here another session, between the last step and the
+/// end) makes the upgrade fail saying what differs, whether the change is drift
+/// (an extra column with a default, which the engine's inserts evaluate) or the
+/// first step of the contract (a check the contract adds).
 #[tokio::test]
 async fn the_final_verification_refuses_a_catalog_the_steps_did_not_make() {
     if harness::skip_db_tests() {
@@ -28,7 +28,7 @@ async fn the_final_verification_refuses_a_catalog_the_steps_did_not_make() {
     for (prefix, change, words) in [
         (
             "upg_verify_drift",
-            "ALTER TABLE {s}.locks ADD COLUMN sneaky integer".to_owned(),
+            "ALTER TABLE {s}.locks ADD COLUMN sneaky integer DEFAULT 0".to_owned(),
             "sneaky",
         ),
         (
@@ -126,9 +126,10 @@ async fn version_rows_no_upgrade_could_write_are_refused_everywhere() {
 }
 
 /// While a contract is pending, the catalog is still held to the shapes its
-/// position allows: an extra column, or an index made invalid that no
-/// pending step builds, is drift for `check`, an engine's bootstrap, the
-/// contract and a rerun of the upgrade, none of which changes anything.
+/// position allows: an extra column with a default (one without is foreign), or
+/// an index made invalid that no pending step builds, is drift for `check`, an
+/// engine's bootstrap, the contract and a rerun of the upgrade, none of which
+/// changes anything.
 #[tokio::test]
 async fn drift_is_refused_while_a_contract_is_pending() {
     if harness::skip_db_tests() {
@@ -145,7 +146,7 @@ async fn drift_is_refused_while_a_contract_is_pending() {
     for (what, drift, undo) in [
         (
             "an extra column",
-            format!("ALTER TABLE \"{s}\".locks ADD COLUMN x integer"),
+            format!("ALTER TABLE \"{s}\".locks ADD COLUMN x integer DEFAULT 0"),
             format!("ALTER TABLE \"{s}\".locks DROP COLUMN x"),
         ),
         (

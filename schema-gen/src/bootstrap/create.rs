@@ -186,10 +186,12 @@ pub(super) async fn create(
             .into()),
         };
     }
+    // Comments and foreign objects that were there before stay as they
+    // were; anything else the statements did not make the model's is theirs.
     let known = compare(&before, schema, model);
     let left: Vec<Difference> = compare(&after, schema, model)
         .into_iter()
-        .filter(|d| !(d.is_comment() && known.contains(d)))
+        .filter(|d| !((d.is_comment() || d.is_foreign()) && known.contains(d)))
         .collect();
     if !left.is_empty() {
         rollback(client).await;
@@ -219,6 +221,7 @@ pub(super) async fn create(
             .map(|p| p.statement.object.clone())
             .collect(),
         statements_run: plan.len(),
+        foreign: known.into_iter().filter(Difference::is_foreign).collect(),
     })
 }
 

@@ -90,6 +90,9 @@ pub enum Outcome {
         tables_created: Vec<String>,
         /// How many statements ran (DDL and comments).
         statements_run: usize,
+        /// Objects the model does not own that were already there, left
+        /// alone ([`Difference::is_foreign`]).
+        foreign: Vec<Difference>,
     },
     /// Everything was present and matched the model: nothing was done.
     AlreadyCurrent {
@@ -98,6 +101,10 @@ pub enum Outcome {
         /// Comments that differ from the model's docs (documentation only;
         /// bootstrap never rewrites existing objects).
         stale_comments: Vec<Difference>,
+        /// Objects the model does not own and that cannot change what the
+        /// engine's statements do (a DBA's reporting index, say): seen, left
+        /// alone ([`Difference::is_foreign`]).
+        foreign: Vec<Difference>,
     },
     /// The schema is upgraded to this release's version and its contract
     /// is pending: it serves this release's engines and those of the
@@ -111,6 +118,9 @@ pub enum Outcome {
         oldest_served: u32,
         /// Comments that differ from the model's docs (documentation only).
         stale_comments: Vec<Difference>,
+        /// Objects the model does not own, left alone
+        /// ([`Difference::is_foreign`]).
+        foreign: Vec<Difference>,
     },
     /// The schema is at a newer version than this release's, expanded so
     /// that it still serves this release's engines (its contract is
@@ -131,16 +141,48 @@ impl Outcome {
     pub fn created(&self) -> bool {
         matches!(self, Self::Created { .. })
     }
+
+    /// The objects the model does not own that bootstrap saw and left
+    /// alone: what a DBA added that cannot change what the engine's
+    /// statements read, write or return. An engine may log them.
+    pub fn foreign(&self) -> &[Difference] {
+        match self {
+            Self::Created { foreign, .. }
+            | Self::AlreadyCurrent { foreign, .. }
+            | Self::ContractPending { foreign, .. } => foreign,
+            Self::ServedByNewer { .. } => &[],
+        }
+    }
 }
 
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_done(f)?;
+        let foreign = self.foreign();
+        if !foreign.is_empty() {
+            let list: Vec<String> = foreign.iter().map(ToString::to_string).collect();
+            write!(
+                f,
+                "; {} object{} not in the model left alone (foreign: {})",
+                foreign.len(),
+                if foreign.len() == 1 { "" } else { "s" },
+                list.join("; ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Outcome {
+    /// What was done, in words, foreign objects aside.
+    fn fmt_done(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Created {
                 schema,
                 schema_created: true,
                 tables_created,
                 statements_run,
+                ..
             } => write!(
                 f,
                 "created schema {schema} with {} tables ({}): {statements_run} statements in one \
@@ -153,6 +195,7 @@ impl fmt::Display for Outcome {
                 schema_created: false,
                 tables_created,
                 statements_run,
+                ..
             } => write!(
                 f,
                 "created {} missing table{} in existing schema {schema} ({}): {statements_run} \
@@ -164,12 +207,14 @@ impl fmt::Display for Outcome {
             Self::AlreadyCurrent {
                 schema,
                 stale_comments,
+                ..
             } if stale_comments.is_empty() => {
                 write!(f, "schema {schema} is already current: nothing to do")
             }
             Self::AlreadyCurrent {
                 schema,
                 stale_comments,
+                ..
             } => write!(
                 f,
                 "schema {schema} is already current: nothing to do; {} comment{} differ{} from \
@@ -257,6 +302,7 @@ pub async fn bootstrap_with(
         return Err(ErrorKind::Drift {
             schema: schema.clone(),
             differences: inspection.placement,
+            nearest: None,
         }
         .into());
     }
@@ -290,17 +336,28 @@ pub async fn bootstrap_with(
 /// be created, `Err` when the schema is another version (older, newer,
 /// being upgraded), has drifted, or cannot be judged.
 fn decide(verdict: Verdict, schema: &SchemaName, role: &str) -> Result<Option<Outcome>, Error> {
-    let drift = |differences: Vec<Difference>| -> Error {
+    // What a DBA must fix; comments and foreign objects are not in the way.
+    let drift = |differences: Vec<Difference>, nearest: Option<u32>| -> Error {
         ErrorKind::Drift {
             schema: schema.clone(),
-            differences,
+            differences: differences
+                .into_iter()
+                .filter(|d| d.is_drift() || d.is_missing_object())
+                .collect(),
+            nearest,
         }
         .into()
     };
     let model = verdict.target;
+    let (comments, foreign): (Vec<Difference>, Vec<Difference>) = verdict
+        .differences
+        .iter()
+        .filter(|d| d.is_comment() || d.is_foreign())
+        .cloned()
+        .partition(Difference::is_comment);
     match verdict.standing {
         Standing::Absent | Standing::Unversioned => Ok(None),
-        Standing::Unrecognised => Err(drift(verdict.differences)),
+        Standing::Unrecognised { nearest } => Err(drift(verdict.differences, Some(nearest))),
         Standing::Unreadable => Err(ErrorKind::VersionsUnreadable {
             schema: schema.clone(),
             role: role.to_owned(),
@@ -355,18 +412,20 @@ fn decide(verdict: Verdict, schema: &SchemaName, role: &str) -> Result<Option<Ou
             .into())
         }
         Standing::ContractPending { .. } | Standing::Current if verdict.drifts() => {
-            Err(drift(verdict.differences))
+            Err(drift(verdict.differences, None))
         }
         Standing::ContractPending { .. } | Standing::Current if verdict.lacks_objects() => Ok(None),
         Standing::ContractPending { oldest_served } => Ok(Some(Outcome::ContractPending {
             schema: schema.clone(),
             version: model,
             oldest_served,
-            stale_comments: verdict.differences,
+            stale_comments: comments,
+            foreign,
         })),
         Standing::Current => Ok(Some(Outcome::AlreadyCurrent {
             schema: schema.clone(),
-            stale_comments: verdict.differences,
+            stale_comments: comments,
+            foreign,
         })),
     }
 }
@@ -486,6 +545,7 @@ mod tests {
             schema_created: false,
             tables_created: vec!["locks".into()],
             statements_run: 8,
+            foreign: vec![],
         };
         assert_eq!(
             created.to_string(),
@@ -494,6 +554,7 @@ mod tests {
         let current = Outcome::AlreadyCurrent {
             schema: schema(),
             stale_comments: vec![],
+            foreign: vec![],
         };
         assert_eq!(
             current.to_string(),

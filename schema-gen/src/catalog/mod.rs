@@ -127,6 +127,21 @@ pub struct LiveRelation {
     pub rules: Vec<LiveRule>,
     /// Row-level security policies, by name.
     pub policies: Vec<LivePolicy>,
+    /// The foreign keys of any table (in any schema) that reference it.
+    pub referenced_by: Vec<LiveReference>,
+}
+
+/// A foreign key that references a relation of the schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveReference {
+    /// The foreign key's name.
+    pub constraint: String,
+    /// The referencing table's schema.
+    pub schema: String,
+    /// The referencing table.
+    pub table: String,
+    /// `pg_get_constraintdef`.
+    pub definition: String,
 }
 
 /// A parent in `pg_inherits`.
@@ -169,6 +184,8 @@ pub struct LiveColumn {
     pub expression: Option<String>,
     /// The column's collation when it is not its type's default (`"C"`).
     pub collation: Option<String>,
+    /// Whether its type is a domain (whose constraints apply to a NULL too).
+    pub domain: bool,
     /// `COMMENT ON COLUMN`, if any.
     pub comment: Option<String>,
 }
@@ -227,6 +244,16 @@ pub struct LiveIndex {
     pub definition: String,
     /// `indisvalid`: false after a failed `CREATE INDEX CONCURRENTLY`.
     pub valid: bool,
+    /// What a write evaluates to maintain it beyond PostgreSQL's own
+    /// leakproof functions and operators on plain columns, as
+    /// `pg_describe_object` words it: functions and operators' functions
+    /// that are not leakproof (they can fail: `function int4div(integer,
+    /// integer)`) or not in `pg_catalog`, expression nodes other than
+    /// plain operators, functions, boolean and null tests (`expression node
+    /// coerceviaio`), operator classes and collations outside `pg_catalog`.
+    /// Empty for an index on plain columns.
+    #[serde(default)]
+    pub evaluates: Vec<String>,
 }
 
 /// A constraint.
@@ -291,6 +318,7 @@ impl LiveIndex {
     ///     name: "i".into(),
     ///     definition: "CREATE UNIQUE INDEX i ON s.t USING btree (a) WHERE (b IS NULL)".into(),
     ///     valid: true,
+    ///     evaluates: vec![],
     /// };
     /// assert_eq!(index.from_using(), "UNIQUE USING btree (a) WHERE (b IS NULL)");
     /// ```

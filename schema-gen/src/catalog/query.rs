@@ -97,7 +97,9 @@ SELECT json_build_object(
                     'collation', CASE WHEN a.attcollation <> (
                         SELECT t.typcollation FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid
                     ) THEN a.attcollation::regcollation::text END,
-                    'comment', pg_catalog.col_description(c.oid, a.attnum)
+                    'comment', pg_catalog.col_description(c.oid, a.attnum),
+                    'domain', (SELECT t.typtype = 'd' FROM pg_catalog.pg_type t
+                               WHERE t.oid = a.atttypid)
                 ) ORDER BY a.attnum)
                 FROM pg_catalog.pg_attribute a
                 LEFT JOIN pg_catalog.pg_attrdef d
@@ -108,7 +110,8 @@ SELECT json_build_object(
                 SELECT json_agg(json_build_object(
                     'name', i.relname,
                     'definition', pg_catalog.pg_get_indexdef(x.indexrelid),
-                    'valid', x.indisvalid
+                    'valid', x.indisvalid,
+                    'evaluates', {evaluates}
                 ) ORDER BY i.relname)
                 FROM pg_catalog.pg_index x
                 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
@@ -159,6 +162,18 @@ SELECT json_build_object(
                 ) ORDER BY po.polname)
                 FROM pg_catalog.pg_policy po
                 WHERE po.polrelid = c.oid
+            ), '[]'::json),
+            'referenced_by', COALESCE((
+                SELECT json_agg(json_build_object(
+                    'constraint', k.conname,
+                    'schema', fn.nspname,
+                    'table', f.relname,
+                    'definition', pg_catalog.pg_get_constraintdef(k.oid)
+                ) ORDER BY fn.nspname, f.relname, k.conname)
+                FROM pg_catalog.pg_constraint k
+                JOIN pg_catalog.pg_class f ON f.oid = k.conrelid
+                JOIN pg_catalog.pg_namespace fn ON fn.oid = f.relnamespace
+                WHERE k.confrelid = c.oid AND k.contype = 'f'
             ), '[]'::json)
         ) ORDER BY c.relname)
         FROM pg_catalog.pg_class c
@@ -183,11 +198,50 @@ SELECT json_build_object(
 )::text
 "#;
 
+/// What a write evaluates to maintain index `x` (a `pg_index` row) beyond
+/// PostgreSQL's own leakproof functions on plain columns, as a `text[]`
+/// ([`LiveIndex::evaluates`](super::LiveIndex::evaluates)). The expression
+/// and predicate trees (`pg_node_tree`) are read as text: every node
+/// starts with `{NAME`, every called function is a `:funcid` or
+/// `:opfuncid`. Leakproof is PostgreSQL's own word for a function that has
+/// no side effect and fails for no argument, so a write can never fail on
+/// one. The patterns use bracket classes, not backslashes, so they read the
+/// same under `standard_conforming_strings = off`.
+const EVALUATES: &str = r#"ARRAY(
+                        SELECT DISTINCT evaluated.what FROM (
+                            SELECT 'expression node ' || pg_catalog.lower(m[1]) AS what
+                            FROM pg_catalog.regexp_matches(
+                                COALESCE(x.indexprs::text, '') || ' ' || COALESCE(x.indpred::text, ''),
+                                '[{]([A-Z_]+)', 'g') m
+                            WHERE m[1] NOT IN ('VAR', 'CONST', 'OPEXPR', 'FUNCEXPR',
+                                               'SCALARARRAYOPEXPR', 'BOOLEXPR', 'NULLTEST',
+                                               'BOOLEANTEST', 'RELABELTYPE', 'ARRAYEXPR')
+                            UNION ALL
+                            SELECT pg_catalog.pg_describe_object('pg_catalog.pg_proc'::regclass, p.oid, 0)
+                            FROM pg_catalog.regexp_matches(
+                                COALESCE(x.indexprs::text, '') || ' ' || COALESCE(x.indpred::text, ''),
+                                ':(funcid|opfuncid) ([0-9]+)', 'g') m
+                            JOIN pg_catalog.pg_proc p ON p.oid = m[2]::oid
+                            WHERE NOT p.proleakproof
+                               OR p.pronamespace <> 'pg_catalog'::regnamespace
+                            UNION ALL
+                            SELECT pg_catalog.pg_describe_object('pg_catalog.pg_opclass'::regclass, oc.oid, 0)
+                            FROM pg_catalog.pg_opclass oc
+                            WHERE oc.oid = ANY (x.indclass::oid[])
+                              AND oc.opcnamespace <> 'pg_catalog'::regnamespace
+                            UNION ALL
+                            SELECT pg_catalog.pg_describe_object('pg_catalog.pg_collation'::regclass, co.oid, 0)
+                            FROM pg_catalog.pg_collation co
+                            WHERE co.oid = ANY (x.indcollation::oid[])
+                              AND co.collnamespace <> 'pg_catalog'::regnamespace
+                        ) evaluated ORDER BY 1)"#;
+
 /// The catalog `SELECT` for `schema`, the name inlined as a literal (it is a
 /// validated [`SchemaName`], quoted with [`render::quote_literal`]), so it can
 /// travel in a simple query next to the `SET LOCAL`s that bound it.
 pub fn statement(schema: &SchemaName) -> String {
     STATEMENT
+        .replace("{evaluates}", EVALUATES)
         .replace("{versions}", &versions_expression())
         .replace("{schema}", &quote_literal(schema.as_str()))
 }

@@ -11,6 +11,7 @@
 //! placement with the layout. [`status`] words that for `schema-gen check`;
 //! [`verify_with`] lists the plain differences from the model.
 
+mod state;
 mod status;
 
 use tokio_postgres::Client;
@@ -25,6 +26,7 @@ use crate::options::Options;
 use crate::verify::compare;
 use crate::versions::{History, Verdict, verdict};
 
+pub use state::{ForeignPolicy, State};
 pub use status::{Status, VersionState};
 
 /// What [`inspect`] found.

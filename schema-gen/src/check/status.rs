@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use schema_model::SchemaName;
 
-use crate::difference::Difference;
+use super::state::{ForeignPolicy, State};
+use crate::difference::{Class, Difference};
 use crate::versions::{Phase, Standing, Verdict};
 
 /// A database's version, as `check` reports it.
@@ -22,10 +23,13 @@ pub struct Status {
     pub contracted: Option<u32>,
     /// This release's version.
     pub model: u32,
+    /// When the schema records no version and has the shape of none: the
+    /// known version it is nearest to, which `differences` are from.
+    pub nearest: Option<u32>,
     /// Whether this release's engines work on it as it is.
     pub serves_model: bool,
-    /// The differences from the shape its position implies (only comments,
-    /// or none, when it is exactly that shape).
+    /// The differences from the shape its position implies (only comments
+    /// and foreign objects, or none, when it is that shape).
     #[serde(skip)]
     pub differences: Vec<Difference>,
     /// What it means and what to run, in one line.
@@ -55,10 +59,37 @@ pub enum VersionState {
 }
 
 impl Status {
-    /// Whether `check` passes: the database serves this release's engines
-    /// and is exactly the shape its position implies (comments aside).
+    /// Whether the database serves this release's engines and is the shape
+    /// its position implies, comments and foreign objects aside (nothing is
+    /// drift, nothing missing). Not the exit code: [`Status::state`] is.
     pub fn passes(&self) -> bool {
-        self.serves_model && self.differences.iter().all(Difference::is_comment)
+        self.serves_model
+            && self
+                .differences
+                .iter()
+                .all(|d| !d.is_drift() && !d.is_missing_object())
+    }
+
+    /// What `check` concludes under `policy`: the worst of where the
+    /// version stands, what differs, and the foreign objects the policy
+    /// does not allow ([`State`], whose exit code `check` returns).
+    pub fn state(&self, policy: &ForeignPolicy) -> State {
+        let standing = match self.state {
+            VersionState::Current => State::Matches,
+            VersionState::ContractPending => State::ContractPending,
+            VersionState::Older | VersionState::Upgrading => State::NeedsUpgrade,
+            VersionState::Newer => State::NewerVersion,
+            VersionState::Missing | VersionState::Unknown => State::Drift,
+            VersionState::Unreadable => State::Error,
+        };
+        self.differences
+            .iter()
+            .map(|d| match d.class() {
+                Class::Drift | Class::Missing => State::Drift,
+                Class::Foreign if !policy.allows(d) => State::ForeignObjects,
+                Class::Foreign | Class::Documentation => State::Matches,
+            })
+            .fold(standing, State::worst)
     }
 
     /// The status of a judged database, in `check`'s words.
@@ -83,11 +114,11 @@ impl Status {
                      {schema}` creates them"
                 ),
             ),
-            Standing::Unrecognised => (
+            Standing::Unrecognised { nearest } => (
                 VersionState::Unknown,
                 format!(
                     "schema {schema} is no version this release knows (1 to {model}) and records \
-                     none: it differs from the model"
+                     none: it is nearest to version {nearest}, from which it differs"
                 ),
             ),
             Standing::Unreadable => (
@@ -187,11 +218,16 @@ impl Status {
                 format!("schema {schema} differs from the model (version {model})"),
             ),
         };
+        let nearest = match verdict.standing {
+            Standing::Unrecognised { nearest } => Some(nearest),
+            _ => None,
+        };
         Status {
             state,
             found,
             contracted,
             model,
+            nearest,
             serves_model: verdict.serves_target(),
             differences: verdict.differences.clone(),
             message,

@@ -12,7 +12,7 @@ use schema_model::{Layout, SchemaName};
 use super::failure::Failure;
 use super::{EXIT_DRIFT, connection, layout, report, write_out};
 use crate::bootstrap::{Outcome, bootstrap_with};
-use crate::check::{Status, status};
+use crate::check::{ForeignPolicy, Status, status};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::options::MAX_LOCK_TIMEOUT;
@@ -47,6 +47,23 @@ pub struct DatabaseArgs {
     /// a server without Citus, or a worker, is refused.
     #[arg(long, value_name = "LAYOUT", default_value = "single-server", value_parser = layout::parser())]
     pub layout: Layout,
+}
+
+/// The arguments of `check`: where and how, as `apply`, and the policy on
+/// foreign objects.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Where to connect, which schema, how to report.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Let a foreign object pass (one the model does not own and that
+    /// cannot change what the engine's statements do: a DBA's non-unique
+    /// index, a nullable column without default, a table or view): an
+    /// index's or relation's name, or TABLE.COLUMN; `*` stands for any run
+    /// of characters (`report_*`; `*` alone allows them all). Repeatable.
+    /// Foreign objects not named make check exit 5 when nothing worse is found.
+    #[arg(long = "allow-foreign", value_name = "NAME")]
+    pub allow_foreign: Vec<String>,
 }
 
 /// The form `--lock-timeout` takes, for its error messages.
@@ -109,10 +126,11 @@ pub enum ReportFormat {
 }
 
 /// Which database command to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Action {
     Apply,
-    Check,
+    /// `check`, with the policy its exit code follows.
+    Check(ForeignPolicy),
 }
 
 /// What a database command found.
@@ -157,7 +175,7 @@ pub(super) fn run(
             Action::Apply => bootstrap_with(&mut client, &schema, &bounds)
                 .await
                 .map(Report::Applied),
-            Action::Check => status(&client, &schema, &bounds).await.map(Report::Checked),
+            Action::Check(_) => status(&client, &schema, &bounds).await.map(Report::Checked),
         }
     });
     let failed = result.as_ref().err().map(ToString::to_string);
@@ -165,20 +183,34 @@ pub(super) fn run(
     let (text, code) = match result {
         Ok(Report::Applied(outcome)) if json => (report::apply_json(&outcome), ExitCode::SUCCESS),
         Ok(Report::Applied(outcome)) => (format!("{outcome}\n"), ExitCode::SUCCESS),
-        // Comments do not change what the engine reads or writes: a check
-        // that finds nothing but stale or missing ones passes, and lists them.
-        Ok(Report::Checked(status)) if json => {
-            let code = if status.passes() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_DRIFT)
+        // The exit code is the state's: comments never fail it, foreign
+        // objects only as the policy says.
+        Ok(Report::Checked(status)) => {
+            let policy = match &action {
+                Action::Check(policy) => policy.clone(),
+                Action::Apply => ForeignPolicy::default(),
             };
-            (report::check_json(&schema, &status), code)
+            let code = ExitCode::from(status.state(&policy).exit_code());
+            if json {
+                (report::check_json(&schema, &status, &policy), code)
+            } else {
+                (report::check_text(&schema, &status, &policy).0, code)
+            }
         }
-        Ok(Report::Checked(status)) => report::check_text(&schema, &status),
         Err(err) => {
-            if let ErrorKind::Drift { differences, .. } = err.kind() {
-                return refused(&schema, differences, json, stdout, stderr);
+            if let ErrorKind::Drift {
+                differences,
+                nearest,
+                ..
+            } = err.kind()
+            {
+                let refusal = Refusal {
+                    schema: &schema,
+                    differences,
+                    nearest: *nearest,
+                    command: "apply",
+                };
+                return refusal.print(json, stdout, stderr);
             }
             return Failure::from_error(&err)
                 .about(schema.as_str())
@@ -188,23 +220,49 @@ pub(super) fn run(
     write_out(stdout, stderr, &text, code)
 }
 
-/// A refused `apply`: the differences on stderr (text), or the JSON report
-/// on stdout, and the drift exit code.
-fn refused(
-    schema: &SchemaName,
-    differences: &[Difference],
-    json: bool,
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
-) -> ExitCode {
-    const VERDICT: &str = "differs from the model; apply refused and changed nothing";
-    if json {
-        let text = report::refused_json(schema, differences, &format!("schema {schema} {VERDICT}"));
-        return write_out(stdout, stderr, &text, ExitCode::from(EXIT_DRIFT));
+/// A refusal over drift (`apply`, `upgrade`): nothing was changed.
+pub(super) struct Refusal<'a> {
+    pub(super) schema: &'a SchemaName,
+    /// What is in the way (drift, objects missing from a drifted family).
+    pub(super) differences: &'a [Difference],
+    /// The known version the differences are from, when the schema is none.
+    pub(super) nearest: Option<u32>,
+    /// The command that refused.
+    pub(super) command: &'static str,
+}
+
+impl Refusal<'_> {
+    /// The differences on stderr (text), or the JSON report on stdout, and
+    /// the drift exit code.
+    pub(super) fn print(
+        &self,
+        json: bool,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> ExitCode {
+        let command = self.command;
+        let verdict = match self.nearest {
+            Some(version) => format!(
+                "is no version this release knows, nor a step of an upgrade between two; it is \
+                 nearest to version {version}, from which it differs; {command} refused and \
+                 changed nothing"
+            ),
+            None => format!("differs from the model; {command} refused and changed nothing"),
+        };
+        let schema = self.schema;
+        if json {
+            let text = report::refused_json(
+                schema,
+                self.differences,
+                self.nearest,
+                &format!("schema {schema} {verdict}"),
+            );
+            return write_out(stdout, stderr, &text, ExitCode::from(EXIT_DRIFT));
+        }
+        let text = report::differences_text(schema, self.differences, &verdict);
+        let _ = write!(stderr, "schema-gen: {text}");
+        ExitCode::from(EXIT_DRIFT)
     }
-    let text = report::differences_text(schema, differences, VERDICT);
-    let _ = write!(stderr, "schema-gen: {text}");
-    ExitCode::from(EXIT_DRIFT)
 }
 
 #[cfg(test)]

@@ -24,7 +24,9 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
+#[cfg(doc)]
 use super::EXIT_USAGE;
+use crate::check::State;
 use crate::error::{self, Done, Error};
 
 /// A failure of the command line, before it is printed.
@@ -47,6 +49,9 @@ pub(super) struct Failure {
     sqlstate: Option<String>,
     message: String,
     done: Option<Done>,
+    /// The state the failure puts the database in ([`State::of_error`]),
+    /// whose exit code the command returns.
+    state: State,
 }
 
 /// The JSON form of a [`Failure`].
@@ -54,6 +59,7 @@ pub(super) struct Failure {
 struct FailureReport<'a> {
     outcome: &'static str,
     kind: &'static str,
+    state: State,
     schema: Option<&'a str>,
     sqlstate: Option<&'a str>,
     message: String,
@@ -88,6 +94,7 @@ impl Failure {
             sqlstate: None,
             message: message.into(),
             done: None,
+            state: State::Error,
         }
     }
 
@@ -104,6 +111,7 @@ impl Failure {
                 .map(|c| c.code().to_owned()),
             message: err.to_string(),
             done: err.done().copied(),
+            state: State::of_error(kind),
         }
     }
 
@@ -114,7 +122,9 @@ impl Failure {
     }
 
     /// Prints the failure (one line on `stderr`; with `json` the object on
-    /// `stdout` too) and returns [`EXIT_USAGE`].
+    /// `stdout` too) and returns its state's exit code: [`EXIT_USAGE`] (2)
+    /// for an error, 3 for an older version, 4 for a contract to run first,
+    /// 6 for a newer version ([`State::of_error`]).
     pub(super) fn print(
         &self,
         json: bool,
@@ -127,6 +137,7 @@ impl Failure {
             let report = FailureReport {
                 outcome: "error",
                 kind: self.kind,
+                state: self.state,
                 schema: self.schema.as_deref(),
                 sqlstate: self.sqlstate.as_deref(),
                 message,
@@ -141,7 +152,7 @@ impl Failure {
                     .and_then(|()| stdout.flush());
             }
         }
-        ExitCode::from(EXIT_USAGE)
+        ExitCode::from(self.state.exit_code())
     }
 }
 

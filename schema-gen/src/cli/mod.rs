@@ -19,10 +19,11 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use schema_model::SchemaName;
 
+use crate::check::ForeignPolicy;
 use crate::connect::Environment;
 use failure::Failure;
 
-pub use database::{DatabaseArgs, ReportFormat};
+pub use database::{CheckArgs, DatabaseArgs, ReportFormat};
 pub use family::TargetArgs;
 pub use statements::{StatementsArgs, StatementsFormat};
 pub use upgrade::UpgradeArgs;
@@ -55,10 +56,39 @@ Examples:
   schema-gen check --lock-timeout 300ms       give up after 300ms behind a lock (exit 2, naming
                                               the session that holds it)
 
-Exit codes: 0 success (check: the schema matches the model; comments that differ are listed
-as documentation only and do not fail it), 1 drift (check: differences listed on stdout;
-apply: refused, nothing changed), 2 any error: usage, refused input, unreachable server,
-missing privilege, a lock held past --lock-timeout, output that cannot be written.";
+Exit codes (one scheme for check, apply and upgrade; `schema-gen check --help` says more):
+  0 matches (apply: the engine opens; upgrade: at this release's version)
+  1 drift: what differs is listed (apply and upgrade: refused, nothing changed)
+  2 any error: usage, refused input, unreachable server, missing privilege, a lock held past
+    --lock-timeout, output that cannot be written
+  3 needs upgrade: an older version (`schema-gen upgrade`)
+  4 contract pending (check); a contract to run first (upgrade)
+  5 foreign objects only, not allowed by check --allow-foreign
+  6 newer version than this release's";
+
+/// What `schema-gen check --help` says about its exit codes.
+const CHECK_STATES: &str = "\
+Exit codes and states (the JSON `state`; when several apply the worst wins: 2, 1, 6, 3, 4, 5, 0):
+  0 matches           this release's version, as the model has it (comments that differ, and
+                      foreign objects --allow-foreign names, are listed and do not fail it)
+  1 drift             something differs that a person must fix: a hand-made change, an index
+                      or constraint of another shape, a trigger, rule, unique index, CHECK,
+                      default, row-level security or foreign key the model lacks, a NOT NULL
+                      extra column; or a missing schema or table (`schema-gen apply` creates it)
+  2 error             the question could not be answered: connection, privilege, lock, usage
+  3 needs_upgrade     an older version, or an upgrade under way: `schema-gen upgrade`
+  4 contract_pending  serves this release; `schema-gen upgrade --contract` once no older
+                      engine runs
+  5 foreign_objects   nothing else but objects the model does not own that cannot change what
+                      the engine reads, writes or returns (a non-unique index on plain columns,
+                      a nullable column without default, a table or view of its own), not all
+                      named by --allow-foreign
+  6 newer_version     a version newer than this release's
+
+Examples:
+  schema-gen check --format json                      `state` and `exit_code` by name, each
+                                                      difference with its `class`
+  schema-gen check --allow-foreign jobs_report_idx --allow-foreign 'report_*'";
 
 /// Prints, describes, applies and checks alkstore's engine schema.
 #[derive(Debug, Parser)]
@@ -93,16 +123,20 @@ pub enum Command {
     /// current (what the engine does at open): one transaction, refuses on drift.
     Apply(DatabaseArgs),
     /// Compare a live PostgreSQL database with the model and print every
-    /// difference (exit 0 when it matches, comments aside; 1 when it differs).
-    Check(DatabaseArgs),
+    /// difference; the exit code says where it stands (see below).
+    #[command(after_help = CHECK_STATES)]
+    Check(CheckArgs),
     /// Print every hot-path statement the engine runs, with its $n
     /// placeholders and its parameters' names and types.
     Statements(StatementsArgs),
     /// Move a database at an older schema version to this release's version
     /// online (expand: the older engines keep working), or with --contract
     /// remove what only the older engines needed; --dry-run prints the plan
-    /// as a psql script. Exit 0 at this release's version, 1 when drift
-    /// outside any known version blocks it (nothing changed), 2 on errors.
+    /// as a psql script. Foreign objects (a DBA's index, column, table) are
+    /// left untouched and listed. Exit 0 at this release's version, 1 when
+    /// drift outside any known version blocks it (nothing changed; the
+    /// nearest version named), 3 for a contract before its expand, 6 for a
+    /// newer version, 2 on errors.
     Upgrade(UpgradeArgs),
 }
 
@@ -196,7 +230,13 @@ where
     match cli.command {
         // These talk to a server and have their own exit codes.
         Command::Apply(args) => database::run(database::Action::Apply, &args, env, stdout, stderr),
-        Command::Check(args) => database::run(database::Action::Check, &args, env, stdout, stderr),
+        Command::Check(args) => database::run(
+            database::Action::Check(ForeignPolicy::allowing(args.allow_foreign)),
+            &args.database,
+            env,
+            stdout,
+            stderr,
+        ),
         Command::Sql(target) => print(family::sql(&target), false, stdout, stderr),
         Command::Describe { target, format } => print(
             family::describe(&target, format),

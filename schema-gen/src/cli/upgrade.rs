@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use schema_model::Layout;
 
-use super::database::{ReportFormat, parse_lock_timeout};
+use super::database::{Refusal, ReportFormat, parse_lock_timeout};
 use super::failure::Failure;
-use super::{EXIT_DRIFT, connection, layout, report, write_out};
+use super::{connection, layout, report, write_out};
 use crate::connect::Environment;
 use crate::error::ErrorKind;
 use crate::upgrade::{self, DryRun, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
@@ -74,6 +74,8 @@ enum UpgradeReport<'a> {
         #[serde(flatten)]
         result: &'a UpgradeOutcome,
         contract_pending: bool,
+        /// Objects the model does not own, left untouched.
+        foreign: Vec<report::DifferenceReport<'a>>,
         message: String,
     },
 }
@@ -165,27 +167,24 @@ pub(super) fn run(
         Ok(Done::Ran(outcome)) if json => report_json(&UpgradeReport::Upgraded {
             result: &outcome,
             contract_pending: outcome.contract_pending(),
+            foreign: report::differences(&outcome.foreign),
             message: outcome.message(),
         }),
         Ok(Done::Ran(outcome)) => format!("{}\n", outcome.message()),
         Err(err) => {
-            if let ErrorKind::Drift { differences, .. } = err.kind() {
-                const VERDICT: &str = "is no version this release knows, nor a step of an upgrade between two; \
-                     upgrade refused and changed nothing";
-                if json {
-                    let text = report::refused_json(
-                        &schema,
-                        differences,
-                        &format!("schema {schema} {VERDICT}"),
-                    );
-                    return write_out(stdout, stderr, &text, ExitCode::from(EXIT_DRIFT));
-                }
-                let _ = write!(
-                    stderr,
-                    "schema-gen: {}",
-                    report::differences_text(&schema, differences, VERDICT)
-                );
-                return ExitCode::from(EXIT_DRIFT);
+            if let ErrorKind::Drift {
+                differences,
+                nearest,
+                ..
+            } = err.kind()
+            {
+                let refusal = Refusal {
+                    schema: &schema,
+                    differences,
+                    nearest: *nearest,
+                    command: "upgrade",
+                };
+                return refusal.print(json, stdout, stderr);
             }
             return Failure::from_error(&err)
                 .about(schema.as_str())

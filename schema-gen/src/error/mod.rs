@@ -110,13 +110,18 @@ pub enum ErrorKind {
         source: tokio_postgres::Error,
     },
     /// Engine-owned objects exist with another shape than the model's:
-    /// bootstrap refused and changed nothing.
-    #[error("{}", drift_message(schema, differences))]
+    /// bootstrap (or an upgrade) refused and changed nothing.
+    #[error("{}", drift_message(schema, differences, *nearest))]
     Drift {
         /// The engine schema.
         schema: SchemaName,
-        /// Every difference between the live catalog and the model.
+        /// Every difference that is drift (or an object missing from a
+        /// family that has drifted) between the live catalog and the shape
+        /// its version implies; comments and foreign objects are not listed.
         differences: Vec<Difference>,
+        /// When the schema records no version and has the shape of none:
+        /// the known version it is nearest to, which `differences` are from.
+        nearest: Option<u32>,
     },
     /// The bootstrap statements ran, but what they made differs from the
     /// model: something in this database alters objects as they are created
@@ -661,12 +666,19 @@ fn created_differs_message(schema: &SchemaName, differences: &[Difference]) -> S
     )
 }
 
-fn drift_message(schema: &SchemaName, differences: &[Difference]) -> String {
+fn drift_message(schema: &SchemaName, differences: &[Difference], nearest: Option<u32>) -> String {
     let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
+    let from = match nearest {
+        Some(version) => format!(
+            "is no version this release knows; it is nearest to version {version}, from which it \
+             differs"
+        ),
+        None => "differs from the model".to_owned(),
+    };
     format!(
-        "schema {schema} differs from the model in {} way{}: {}; bootstrap refused and changed \
-         nothing (the schema is no version this release knows, nor a step of an upgrade between \
-         two: fix the objects by hand, or use a new schema name)",
+        "schema {schema} {from} in {} way{}: {}; refused and changed nothing (the \
+         schema is no version this release knows, nor a step of an upgrade between two: fix the \
+         objects by hand, or use a new schema name)",
         differences.len(),
         if differences.len() == 1 { "" } else { "s" },
         list.join("; ")
@@ -726,8 +738,10 @@ mod tests {
                     table: "jobs".into(),
                     column: "foo".into(),
                     found_type: "text".into(),
+                    risk: Some("NOT NULL".into()),
                 },
             ],
+            nearest: None,
         });
         let text = err.to_string();
         assert!(!text.contains('\n'), "{text}");

@@ -83,6 +83,7 @@ use schema_model::history::MODEL_VERSION;
 
 use crate::bootstrap::bootstrap_with;
 use crate::check::{self, Inspection};
+use crate::difference::Difference;
 use crate::error::{Error, ErrorKind};
 use crate::options::Options;
 use crate::render::AdvisoryLock;
@@ -112,6 +113,10 @@ pub struct UpgradeOutcome {
     pub steps_skipped: usize,
     /// Whether the schema was created from scratch (there was none).
     pub created: bool,
+    /// Objects the model does not own, found and left untouched
+    /// ([`Difference::is_foreign`]).
+    #[serde(skip)]
+    pub foreign: Vec<Difference>,
 }
 
 impl UpgradeOutcome {
@@ -136,14 +141,28 @@ impl UpgradeOutcome {
         } else {
             format!("schema {schema} is at version {}", self.after.expanded)
         };
+        let foreign = if self.foreign.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = self.foreign.iter().map(ToString::to_string).collect();
+            format!(
+                "; {} object{} not in the model left untouched (foreign: {})",
+                self.foreign.len(),
+                if self.foreign.len() == 1 { "" } else { "s" },
+                list.join("; ")
+            )
+        };
         if self.created {
-            return format!("created schema {schema} at version {}", self.after.expanded);
+            return format!(
+                "created schema {schema} at version {}{foreign}",
+                self.after.expanded
+            );
         }
         if self.steps_run == 0 && self.before == self.after {
-            return format!("{at}: nothing to do");
+            return format!("{at}: nothing to do{foreign}");
         }
         format!(
-            "{at} ({} step{} run{})",
+            "{at} ({} step{} run{}){foreign}",
             self.steps_run,
             if self.steps_run == 1 { "" } else { "s" },
             if self.steps_skipped > 0 {
@@ -361,7 +380,7 @@ impl<'a> Upgrader<'a> {
             }
             .into());
         }
-        bootstrap_with(client, schema, &self.catalog_options()).await?;
+        let outcome = bootstrap_with(client, schema, &self.catalog_options()).await?;
         let span = Span {
             contracted: MODEL_VERSION,
             expanded: MODEL_VERSION,
@@ -373,6 +392,7 @@ impl<'a> Upgrader<'a> {
             steps_run: 0,
             steps_skipped: 0,
             created: true,
+            foreign: outcome.foreign().to_vec(),
         })
     }
 
@@ -402,16 +422,18 @@ impl<'a> Upgrader<'a> {
             Standing::Inconsistent => Some(ErrorKind::InconsistentVersions {
                 schema: schema.clone(),
             }),
-            Standing::Unrecognised => Some(ErrorKind::Drift {
+            Standing::Unrecognised { nearest } => Some(ErrorKind::Drift {
                 schema: schema.clone(),
-                differences: verdict.differences.clone(),
+                differences: in_the_way(&verdict.differences),
+                nearest: Some(*nearest),
             }),
             _ if !verdict.matches() || !inspection.placement.is_empty() => {
-                let mut differences = verdict.differences.clone();
+                let mut differences = in_the_way(&verdict.differences);
                 differences.extend(inspection.placement.iter().cloned());
                 Some(ErrorKind::Drift {
                     schema: schema.clone(),
                     differences,
+                    nearest: None,
                 })
             }
             _ => None,
@@ -472,11 +494,7 @@ impl<'a> Upgrader<'a> {
             .as_ref()
             .is_none_or(|p| p.phase == crate::versions::Phase::Contract && p.done == 0);
         if !verdict.matches() || !settled {
-            let differences = verdict
-                .differences
-                .into_iter()
-                .filter(|d| !d.is_comment())
-                .collect();
+            let differences = in_the_way(&verdict.differences);
             return Err(Error::from(ErrorKind::UpgradeDiffers {
                 schema: schema.clone(),
                 differences,
@@ -490,6 +508,17 @@ impl<'a> Upgrader<'a> {
             steps_run: done.steps_run,
             steps_skipped: done.steps_skipped,
             created: false,
+            foreign: verdict.foreign().cloned().collect(),
         })
     }
+}
+
+/// The differences that stand in an upgrade's way: drift and missing
+/// objects; comments and foreign objects are planned around.
+fn in_the_way(differences: &[Difference]) -> Vec<Difference> {
+    differences
+        .iter()
+        .filter(|d| d.is_drift() || d.is_missing_object())
+        .cloned()
+        .collect()
 }

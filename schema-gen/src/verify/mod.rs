@@ -48,6 +48,7 @@
 //! (where bytes live and how plans are costed, not what the rows are).
 
 mod column;
+mod foreign;
 mod shape;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -55,7 +56,7 @@ pub(crate) mod tests;
 use schema_model::{SchemaName, TableDescription};
 
 use crate::catalog::{LiveCatalog, LiveRelation};
-pub use crate::difference::Difference;
+pub use crate::difference::{Class, Difference};
 use crate::error::one_line;
 use crate::render::{SCHEMA_DOC, TABLE_ACCESS_METHOD};
 
@@ -110,11 +111,17 @@ pub fn compare(
             Some(relation) => compare_table(&mut out, live, relation, table, schema),
         }
     }
+    for table in model {
+        if let Some(relation) = live.relation(&table.name) {
+            foreign::references(&mut out, relation, &table.name, schema, model);
+        }
+    }
     for relation in &live.relations {
         if !model.iter().any(|t| t.name == relation.name) && !is_identity_sequence(relation) {
             out.push(Difference::ExtraRelation {
                 name: relation.name.clone(),
                 what: relation_what(relation),
+                risk: None,
             });
         }
     }
@@ -245,6 +252,7 @@ fn compare_table(
                 table: table.clone(),
                 column: found.name.clone(),
                 found_type: found.sql_type.clone(),
+                risk: foreign::column_risk(found),
             });
         }
     }
@@ -317,6 +325,8 @@ fn compare_table(
                 table: table.clone(),
                 index: found.name.clone(),
                 found: found.from_using(),
+                risk: foreign::index_risk(found),
+                engine_columns: foreign::engine_columns(found, model),
             });
         }
     }

@@ -55,6 +55,7 @@ pub fn catalog_of(schema: &SchemaName, tables: &[TableDescription]) -> LiveCatal
                     name: i.name.clone(),
                     definition: index_definition(schema, &t.name, &i.name, &i.definition),
                     valid: true,
+                    evaluates: vec![],
                 })
                 .collect(),
             constraints: std::iter::once(&t.primary_key)

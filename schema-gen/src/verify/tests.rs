@@ -128,6 +128,7 @@ fn index_and_constraint_drift_is_worded_for_a_dba() {
         name: "jobs_mine_idx".into(),
         definition: "CREATE UNIQUE INDEX jobs_mine_idx ON alk.jobs USING btree (queue)".into(),
         valid: true,
+        evaluates: vec![],
     });
     jobs.constraints
         .retain(|c| c.name != "jobs_attempts_not_negative");
@@ -151,7 +152,7 @@ fn index_and_constraint_drift_is_worded_for_a_dba() {
             "index jobs_claim_idx: is `USING btree (queue, priority, run_at, id) WHERE (claimed_at IS NULL)`, model says `USING btree (queue, priority DESC, run_at, id) WHERE ((claimed_at IS NULL) AND ready)`",
             "index jobs_claim_expiry_idx on jobs is INVALID (a failed CREATE INDEX CONCURRENTLY?): PostgreSQL never reads it",
             "missing index jobs_expiry_idx on jobs (model says `USING btree (expires_at) WHERE (expires_at IS NOT NULL)`)",
-            "extra index jobs_mine_idx on jobs: `UNIQUE USING btree (queue)`",
+            "extra index jobs_mine_idx on jobs: `UNIQUE USING btree (queue)`: unique, so it refuses rows the model accepts (and the engine writes)",
         ]
     );
 }
@@ -187,18 +188,165 @@ fn relations_and_comments_are_classified() {
             "extra view orders (not in the model)".to_owned(),
         ]
     );
-    let kinds: Vec<(bool, bool, bool)> = differences
+    let classes: Vec<Class> = differences.iter().map(Difference::class).collect();
+    assert_eq!(
+        classes,
+        [
+            Class::Documentation,
+            Class::Drift,
+            Class::Documentation,
+            Class::Missing,
+            Class::Foreign,
+        ]
+    );
+    let kinds: Vec<(bool, bool, bool, bool)> = differences
         .iter()
-        .map(|d| (d.is_missing_object(), d.is_comment(), d.is_drift()))
+        .map(|d| {
+            (
+                d.is_missing_object(),
+                d.is_comment(),
+                d.is_foreign(),
+                d.is_drift(),
+            )
+        })
         .collect();
     assert_eq!(
         kinds,
         [
-            (false, true, false),
-            (false, false, true),
-            (false, true, false),
-            (true, false, false),
-            (false, false, true),
+            (false, true, false, false),
+            (false, false, false, true),
+            (false, true, false, false),
+            (true, false, false, false),
+            (false, false, true, false),
         ]
     );
+}
+
+/// Each rule of the foreign classification, both ways: what makes an extra
+/// column or index drift, and what leaves it foreign.
+#[test]
+fn extra_columns_and_indexes_are_foreign_unless_they_can_change_a_write() {
+    let column = |change: fn(&mut LiveColumn)| {
+        let mut found = LiveColumn {
+            name: "note".into(),
+            sql_type: "text".into(),
+            ..LiveColumn::default()
+        };
+        change(&mut found);
+        let mut live = perfect(&schema());
+        table(&mut live, "jobs").columns.push(found);
+        let found = compare(&live, &schema(), &engine_family());
+        assert_eq!(found.len(), 1, "{found:?}");
+        found[0].clone()
+    };
+    let foreign = column(|_| {});
+    assert_eq!(foreign.class(), Class::Foreign);
+    assert_eq!(foreign.foreign_name().as_deref(), Some("jobs.note"));
+    assert_eq!(foreign.to_string(), "extra column jobs.note (text)");
+    for (change, words) in [
+        (
+            (|c: &mut LiveColumn| c.not_null = true) as fn(&mut LiveColumn),
+            "NOT NULL, so every insert of the engine",
+        ),
+        (
+            |c| c.expression = Some("'x'::text".into()),
+            "DEFAULT 'x'::text, evaluated on every insert",
+        ),
+        (
+            |c| {
+                c.identity = "a".into();
+                c.sql_type = "bigint".into();
+            },
+            "GENERATED ALWAYS AS IDENTITY, evaluated",
+        ),
+        (
+            |c| {
+                c.generated = "s".into();
+                c.expression = Some("(queue || 'x'::text)".into());
+            },
+            "GENERATED ALWAYS AS ((queue || 'x'::text)) STORED",
+        ),
+        (|c| c.domain = true, "its type text is a domain"),
+    ] {
+        let drift = column(change);
+        assert_eq!(drift.class(), Class::Drift, "{drift}");
+        assert!(drift.to_string().contains(words), "{drift}");
+    }
+
+    let index = |definition: &str, evaluates: &[&str]| {
+        let mut live = perfect(&schema());
+        table(&mut live, "jobs").indexes.push(LiveIndex {
+            name: "jobs_report_idx".into(),
+            definition: format!("CREATE {definition}"),
+            valid: true,
+            evaluates: evaluates.iter().map(|e| (*e).to_owned()).collect(),
+        });
+        let found = compare(&live, &schema(), &engine_family());
+        assert_eq!(found.len(), 1, "{found:?}");
+        found[0].clone()
+    };
+    let plain = index(
+        "INDEX jobs_report_idx ON alk.jobs USING btree (queue, enqueued_at)",
+        &[],
+    );
+    assert_eq!(plain.class(), Class::Foreign);
+    assert_eq!(plain.foreign_name().as_deref(), Some("jobs_report_idx"));
+    // It shares queue with the claim index: the planner may take it.
+    assert_eq!(
+        plain.to_string(),
+        "extra index jobs_report_idx on jobs: `USING btree (queue, enqueued_at)` (it keys on \
+         queue, which the engine's statements search jobs by: unless its predicate is one they \
+         never state, the planner may choose it for them)"
+    );
+    let reporting = index(
+        "INDEX jobs_report_idx ON alk.jobs USING btree (enqueued_at, \"payload\") WHERE (enqueued_at IS NOT NULL)",
+        &[],
+    );
+    assert_eq!(
+        reporting.to_string(),
+        "extra index jobs_report_idx on jobs: `USING btree (enqueued_at, \"payload\") WHERE \
+         (enqueued_at IS NOT NULL)`"
+    );
+    let unique = index(
+        "UNIQUE INDEX jobs_report_idx ON alk.jobs USING btree (enqueued_at)",
+        &[],
+    );
+    assert_eq!(unique.class(), Class::Drift);
+    let failing = index(
+        "INDEX jobs_report_idx ON alk.jobs USING btree (((1 / priority)))",
+        &["function int4div(integer,integer)"],
+    );
+    assert_eq!(failing.class(), Class::Drift);
+    assert!(
+        failing
+            .to_string()
+            .ends_with("every write of the engine to the table evaluates function int4div(integer,integer), which can fail it"),
+        "{failing}"
+    );
+}
+
+#[test]
+fn a_foreign_key_that_references_an_engine_table_is_drift() {
+    let mut live = perfect(&schema());
+    table(&mut live, "jobs")
+        .referenced_by
+        .push(crate::catalog::LiveReference {
+            constraint: "report_job_fk".into(),
+            schema: "public".into(),
+            table: "report".into(),
+            definition: "FOREIGN KEY (job_id) REFERENCES alk.jobs(id)".into(),
+        });
+    let found = compare(&live, &schema(), &engine_family());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].class(), Class::Drift);
+    assert_eq!(
+        found[0].to_string(),
+        "jobs: foreign key report_job_fk of public.report references it (`FOREIGN KEY (job_id) \
+         REFERENCES alk.jobs(id)`): the engine's deletes and updates of jobs check it; model says \
+         none"
+    );
+    // An engine table's own foreign key is that table's extra constraint.
+    table(&mut live, "jobs").referenced_by[0].schema = "alk".into();
+    table(&mut live, "jobs").referenced_by[0].table = "locks".into();
+    assert!(compare(&live, &schema(), &engine_family()).is_empty());
 }

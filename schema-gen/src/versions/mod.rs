@@ -16,6 +16,7 @@
 pub mod done;
 pub mod history;
 pub mod itinerary;
+mod names;
 pub mod plan;
 pub mod simulate;
 pub mod sql;

@@ -16,6 +16,7 @@ use serde::Serialize;
 use schema_model::{SchemaName, SchemaVersionRecord, TableDescription};
 
 use super::history::History;
+use super::names::Claimed;
 use super::simulate::apply;
 use super::step::{Action, Phase, Step};
 use crate::catalog::LiveCatalog;
@@ -53,8 +54,13 @@ pub enum Standing {
     /// of) the target's tables, each exactly as the target has it: a
     /// bootstrap creates the rest.
     Unversioned,
-    /// No version table, and the shape is no known version.
-    Unrecognised,
+    /// No version table, and the shape is no known version: the
+    /// differences are from the `nearest` one (the fewest differences that
+    /// are not comments or foreign objects; the newer of two as near).
+    Unrecognised {
+        /// The known version it is nearest to.
+        nearest: u32,
+    },
     /// The role may not read `schema_versions`.
     Unreadable,
     /// The `schema_versions` rows are no upgrade this release can follow (no
@@ -116,9 +122,17 @@ pub struct StepsDone {
 }
 
 impl Verdict {
-    /// Whether the catalog is a shape the standing allows (comments aside).
+    /// Whether the catalog is a shape the standing allows, comments and
+    /// foreign objects aside (nothing is drift, nothing is missing).
     pub fn matches(&self) -> bool {
-        self.differences.iter().all(Difference::is_comment)
+        self.differences
+            .iter()
+            .all(|d| !d.is_drift() && !d.is_missing_object())
+    }
+
+    /// The foreign objects ([`Difference::is_foreign`]): reported, left alone.
+    pub fn foreign(&self) -> impl Iterator<Item = &Difference> {
+        self.differences.iter().filter(|d| d.is_foreign())
     }
 
     /// Whether anything differs that is neither documentation nor an
@@ -236,6 +250,7 @@ pub fn verdict(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
         return judged(Standing::Inconsistent, span, Vec::new());
     };
     let (done, differences) = allowed.closest(live, schema);
+    let differences = Claimed::after(history, recorded.expanded).mark(differences);
     let standing = match recorded.expanding {
         Some(version) => Standing::Upgrading { version },
         None if recorded.expanded < target => Standing::Older {
@@ -272,30 +287,65 @@ fn unversioned(live: &LiveCatalog, schema: &SchemaName, history: &History) -> Ve
         progress: None,
         target: target.number(),
     };
+    // The version whose shape it has, its foreign objects aside; of two
+    // (a later version that only added what would be foreign to an earlier
+    // one), the one with fewer foreign objects.
+    let mut recognised: Option<((usize, usize), u32, Vec<Difference>)> = None;
     for version in history
         .versions()
         .iter()
         .filter(|v| !v.declared.records_itself())
     {
         let differences = compare(live, schema, &version.shape);
-        if differences.iter().all(Difference::is_comment) {
-            let found = version.number();
-            let span = Some(Span {
-                contracted: found,
-                expanded: found,
-            });
-            let standing = Standing::Older {
-                found,
-                recognised: true,
-            };
-            return judged(standing, span, differences);
+        let distance = distance(&differences);
+        if distance.0 == 0 && recognised.as_ref().is_none_or(|(b, _, _)| distance <= *b) {
+            recognised = Some((distance, version.number(), differences));
         }
+    }
+    if let Some((_, found, differences)) = recognised {
+        let span = Some(Span {
+            contracted: found,
+            expanded: found,
+        });
+        let standing = Standing::Older {
+            found,
+            recognised: true,
+        };
+        let differences = Claimed::after(history, found).mark(differences);
+        return judged(standing, span, differences);
     }
     let differences = compare(live, schema, &target.shape);
     if differences.iter().all(|d| !d.is_drift()) {
+        // A bootstrap creates the missing tables, under the target's names.
+        let differences = Claimed::after(history, 0).mark(differences);
         return judged(Standing::Unversioned, None, differences);
     }
-    judged(Standing::Unrecognised, None, differences)
+    // The nearest version: the fewest differences a DBA must look at.
+    let mut nearest = (target.number(), differences);
+    for version in history.versions().iter().rev().skip(1) {
+        let differences = compare(live, schema, &version.shape);
+        if distance(&differences) < distance(&nearest.1) {
+            nearest = (version.number(), differences);
+        }
+    }
+    let (nearest, differences) = nearest;
+    judged(Standing::Unrecognised { nearest }, None, differences)
+}
+
+/// How many differences a DBA must act on: neither comments nor foreign
+/// objects.
+fn drift_count(differences: &[Difference]) -> usize {
+    differences
+        .iter()
+        .filter(|d| d.is_drift() || d.is_missing_object())
+        .count()
+}
+
+/// How far a catalog is from a shape: the differences a DBA must act on,
+/// then the foreign objects (comments are documentation).
+fn distance(differences: &[Difference]) -> (usize, usize) {
+    let foreign = differences.iter().filter(|d| d.is_foreign()).count();
+    (drift_count(differences), foreign)
 }
 
 /// The shapes a recorded position allows: the expanded shape, and while an
@@ -362,23 +412,24 @@ impl Allowed {
                 _ => None,
             })
             .collect();
-        let drift =
-            |differences: &[Difference]| differences.iter().filter(|d| !d.is_comment()).count();
-        let mut best: Option<(usize, Vec<Difference>)> = None;
+        // The fewest differences a DBA must act on, then the fewest foreign
+        // objects: an object a step creates is the step's, not a DBA's.
+        let mut best: Option<((usize, usize), usize, Vec<Difference>)> = None;
         for (done, shape) in self.shapes.iter().enumerate() {
             let mut differences = compare(live, schema, shape);
             differences.retain(
                 |d| !matches!(d, Difference::InvalidIndex { index, .. } if rebuilt.contains(&index)),
             );
-            let count = drift(&differences);
-            if best.as_ref().is_none_or(|(_, b)| count < drift(b)) {
-                best = Some((done, differences));
+            let distance = distance(&differences);
+            if best.as_ref().is_none_or(|(b, _, _)| distance < *b) {
+                best = Some((distance, done, differences));
             }
-            if count == 0 {
+            if distance == (0, 0) {
                 break;
             }
         }
-        best.unwrap_or_default()
+        best.map(|(_, done, differences)| (done, differences))
+            .unwrap_or_default()
     }
 }
 
@@ -431,6 +482,149 @@ mod tests {
             );
             assert!(judged.matches(), "{:?}", judged.differences);
         }
+    }
+
+    fn jobs(live: &mut LiveCatalog) -> &mut crate::catalog::LiveRelation {
+        live.relations
+            .iter_mut()
+            .find(|r| r.name == "jobs")
+            .unwrap()
+    }
+
+    fn extra_column(name: &str, sql_type: &str) -> crate::catalog::LiveColumn {
+        crate::catalog::LiveColumn {
+            name: name.into(),
+            sql_type: sql_type.into(),
+            ..Default::default()
+        }
+    }
+
+    fn extra_index(name: &str, keys: &str) -> crate::catalog::LiveIndex {
+        crate::catalog::LiveIndex {
+            name: name.into(),
+            definition: format!("CREATE INDEX {name} ON alk.jobs USING btree ({keys})"),
+            valid: true,
+            evaluates: vec![],
+        }
+    }
+
+    #[test]
+    fn foreign_objects_leave_a_version_recognised_and_a_current_schema_current() {
+        let history = History::shipped().unwrap();
+        let mut v1 = catalog_of(&schema(), &history.versions()[0].shape);
+        jobs(&mut v1).columns.push(extra_column("note", "text"));
+        jobs(&mut v1)
+            .indexes
+            .push(extra_index("jobs_note_idx", "note"));
+        let judged = verdict(&v1, &schema(), history);
+        assert_eq!(
+            judged.standing,
+            Standing::Older {
+                found: 1,
+                recognised: true
+            }
+        );
+        assert!(judged.matches(), "{:?}", judged.differences);
+        assert_eq!(judged.foreign().count(), 2);
+
+        let mut current = catalog_of(&schema(), &history.target().shape);
+        jobs(&mut current)
+            .indexes
+            .push(extra_index("jobs_enqueued_at_report_idx", "enqueued_at"));
+        let judged = verdict(&current, &schema(), history);
+        assert_eq!(judged.standing, Standing::Current);
+        assert!(judged.matches() && !judged.drifts());
+        assert_eq!(judged.foreign().count(), 1);
+    }
+
+    #[test]
+    fn a_foreign_object_named_as_a_later_version_names_something_is_drift() {
+        let history = History::shipped().unwrap();
+        let v1 = &history.versions()[0];
+        let later = &history.versions()[1];
+        // A column and an index the next version adds to jobs, made by hand.
+        let column = later
+            .shape
+            .iter()
+            .find(|t| t.name == "jobs")
+            .and_then(|t| {
+                t.columns
+                    .iter()
+                    .find(|c| !v1.shape[0].columns.iter().any(|o| o.name == c.name))
+            })
+            .unwrap();
+        let index = later
+            .shape
+            .iter()
+            .flat_map(|t| &t.indexes)
+            .find(|i| {
+                !v1.shape
+                    .iter()
+                    .flat_map(|t| &t.indexes)
+                    .any(|o| o.name == i.name)
+            })
+            .unwrap();
+        for (what, change) in [
+            ("column", {
+                let name = column.name.clone();
+                Box::new(move |live: &mut LiveCatalog| {
+                    jobs(live).columns.push(extra_column(&name, "boolean"))
+                }) as Box<dyn Fn(&mut LiveCatalog)>
+            }),
+            ("index", {
+                let name = index.name.clone();
+                Box::new(move |live: &mut LiveCatalog| {
+                    jobs(live).indexes.push(extra_index(&name, "run_at"))
+                })
+            }),
+        ] {
+            let mut live = catalog_of(&schema(), &v1.shape);
+            change(&mut live);
+            let judged = verdict(&live, &schema(), history);
+            assert!(
+                matches!(judged.standing, Standing::Older { found: 1, .. }),
+                "{what}: {:?}",
+                judged.standing
+            );
+            assert!(judged.drifts(), "{what}: {:?}", judged.differences);
+            assert!(
+                judged.differences[0].to_string().contains(&format!(
+                    "version {} of the model creates an object of this name",
+                    later.number()
+                )),
+                "{what}: {}",
+                judged.differences[0]
+            );
+        }
+        // The same names at the target version are the model's own.
+        let current = catalog_of(&schema(), &history.target().shape);
+        assert!(verdict(&current, &schema(), history).matches());
+    }
+
+    #[test]
+    fn a_shape_of_no_version_is_measured_against_the_nearest_one() {
+        let history = History::shipped().unwrap();
+        let mut live = catalog_of(&schema(), &history.versions()[0].shape);
+        jobs(&mut live).indexes.retain(|i| i.name != "jobs_pkey");
+        let dropped = jobs(&mut live).indexes.remove(0).name;
+        jobs(&mut live).columns.push(extra_column("note", "text"));
+        jobs(&mut live)
+            .indexes
+            .push(extra_index("jobs_note_idx", "note"));
+        let judged = verdict(&live, &schema(), history);
+        assert_eq!(judged.standing, Standing::Unrecognised { nearest: 1 });
+        let drift: Vec<String> = judged
+            .differences
+            .iter()
+            .filter(|d| d.is_drift())
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(drift.len(), 1, "{drift:?}");
+        assert!(
+            drift[0].starts_with(&format!("missing index {dropped}")),
+            "{drift:?}"
+        );
+        assert_eq!(judged.foreign().count(), 2);
     }
 
     #[test]
