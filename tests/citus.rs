@@ -943,7 +943,7 @@ async fn every_hot_path_is_one_task_on_the_schemas_node() {
         let (counts, plan) = task_counts(&client, &statement).await;
         match statement.name() {
             "enqueue_many" => assert!(counts.is_empty(), "{plan}"),
-            "commit_horizon" => assert!(counts.is_empty(), "{plan}"),
+            "commit_horizon" | "wake" => assert!(counts.is_empty(), "{plan}"),
             name => assert_eq!(counts, [1], "{name} must be one task:\n{plan}"),
         }
     }

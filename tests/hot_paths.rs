@@ -26,7 +26,7 @@ use harness::engine::{engine_schema, run, until_horizon_passes};
 use harness::explain::{Measured, PlanMode, explain_analyze};
 use harness::{exec, rows};
 use schema_gen::statements::{
-    self, FromRow, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams,
+    self, FromRow, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams, wake,
 };
 use schema_model::{ConsumedEvent, ConsumerOffset, Job, Layout, Schedule, SchemaName, StreamEvent};
 use tokio_postgres::Client;
@@ -366,6 +366,24 @@ async fn cases(client: &Client, schema: &SchemaName) -> Vec<Case> {
             )
         });
     }
+    // What an idle worker asks before it waits: the first entry of the
+    // promotion index, whether the queue holds future jobs, a backlog of due
+    // ones not yet promoted, only ready ones, or nothing.
+    for (queue, idle) in [
+        ("idle_future", false),
+        ("promotable", false),
+        ("normal", true),
+        ("empty", true),
+    ] {
+        cases.push(Case {
+            idle,
+            ..case(
+                &format!("next_due {queue}"),
+                wake::next_due(schema, queue),
+                Some("jobs_promote_idx"),
+            )
+        });
+    }
     cases.extend([
         case(
             "ack",
@@ -564,12 +582,12 @@ async fn measure_at(client: &Client, n: i64) -> BTreeMap<(String, &'static str),
     .await;
     let all = cases(client, &schema).await;
     let listed: std::collections::BTreeSet<&str> = all.iter().map(|c| c.statement.name()).collect();
-    // Every statement of every layout (the horizon read touches no table).
-    let every_layout = statements::all(&schema).into_iter().chain(
-        statements::all_for(&schema, Layout::CitusSchemaSharding)
-            .into_iter()
-            .filter(|s| s.name() != "commit_horizon"),
-    );
+    // Every statement of every layout (the horizon read and the wake-up's
+    // notify touch no table).
+    let every_layout = statements::all(&schema)
+        .into_iter()
+        .chain(statements::all_for(&schema, Layout::CitusSchemaSharding))
+        .filter(|s| !matches!(s.name(), "commit_horizon" | "wake"));
     for statement in every_layout {
         assert!(
             listed.contains(statement.name()),

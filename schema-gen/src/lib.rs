@@ -68,6 +68,7 @@ pub mod statements;
 pub mod upgrade;
 pub mod verify;
 pub mod versions;
+pub mod wake;
 
 pub use bootstrap::{Outcome, bootstrap, bootstrap_with};
 pub use check::{verify, verify_with};

@@ -44,7 +44,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, Socket};
@@ -114,9 +114,21 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: TlsStream + Unpin + Send + 'static,
 {
+    watch_messages(
+        client,
+        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx)),
+    )
+}
+
+/// [`watch`] for a connection already turned into the stream of its
+/// messages (polling the stream drives the connection), as the wake-up
+/// listener's connector hands them out.
+pub fn watch_messages<M>(client: Client, mut messages: M) -> Watched
+where
+    M: Stream<Item = Result<AsyncMessage, tokio_postgres::Error>> + Unpin + Send + 'static,
+{
     let (seen, notifications) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(Ok(message)) = messages.next().await {
             if let AsyncMessage::Notification(notification) = message {
                 // Nobody watching any more is fine: the connection is still

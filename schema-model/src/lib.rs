@@ -73,6 +73,7 @@
 #![deny(missing_docs)]
 
 pub mod analytics;
+pub mod channel;
 pub mod consumed_events;
 pub mod dead_jobs;
 pub mod description;
@@ -93,6 +94,7 @@ pub use analytics::{
     DatabaseNameError, DatabaseNameRule, PartitionKey, ReservedDatabase, RowTtl, ShapeError,
     WebhookAttempts, shape, shape_json, visit_analytics_family,
 };
+pub use channel::WakeChannel;
 pub use consumed_events::{ConsumedEvent, ConsumedEvents};
 pub use dead_jobs::{DeadJob, DeadJobs};
 pub use description::{

@@ -14,8 +14,9 @@
 //! with `synchronous_commit` off and on (`versus.rs`); the enqueue -> claim
 //! -> ack loop of every system at 8 clients, batches of 1 and 10, commit on
 //! and off (`loops`). Only when named: the rejected designs (a) and (c)
-//! (`rejected`, `designs.rs`) and the churn (`churn`). BENCHMARKS.md explains
-//! the figures.
+//! (`rejected`, `designs.rs`), the churn (`churn`) and the wake-ups' pickup
+//! latency and enqueue cost (`wakeups`, `wakeups.rs`). BENCHMARKS.md
+//! explains the figures.
 //!
 //! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
 //! under `cargo test --benches`) a tiny round exercises every part (about
@@ -23,7 +24,7 @@
 //! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_VS_SIZES=1000000`,
 //! `ALKSTORE_BENCH_LOOP_SECS`, `ALKSTORE_BENCH_CHURN_SECS` override parts of
 //! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
-//! groups; `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,churn` runs
+//! groups; `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,churn,wakeups` runs
 //! only the parts named; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
 //! picks the churn variants (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG`
 //! the churn's backlog; `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's
@@ -42,6 +43,7 @@ mod pool;
 mod product;
 mod report;
 mod versus;
+mod wakeups;
 
 use std::time::{Duration, Instant};
 
@@ -88,7 +90,7 @@ pub struct Scale {
     pub parts: Vec<&'static str>,
 }
 
-const ALL_PARTS: [&str; 5] = ["claims", "rejected", "versus", "loops", "churn"];
+const ALL_PARTS: [&str; 6] = ["claims", "rejected", "versus", "loops", "churn", "wakeups"];
 
 /// The parts of a run unless `ALKSTORE_BENCH_ONLY` names others: the
 /// rejected designs (a) and (c) and the churn (about 20 minutes more at full
@@ -352,7 +354,7 @@ async fn run(scale: Scale) {
         Ok(other) => panic!("ALKSTORE_BENCH_PEERS must be skip or unset, not {other:?}"),
     };
     let runs = |part: &str| scale.parts.contains(&part);
-    let peers = if peers_wanted && (runs("versus") || runs("loops")) {
+    let peers = if peers_wanted && (runs("versus") || runs("loops") || runs("wakeups")) {
         progress(&format!(
             "peers: installing {} and {} under target/",
             peers::PGBOSS_SPEC,
@@ -381,6 +383,11 @@ async fn run(scale: Scale) {
     };
     let measured_churn = if runs("churn") {
         Some(churn::run(&mut admin, &scale).await)
+    } else {
+        None
+    };
+    let measured_wakeups = if runs("wakeups") {
+        Some(wakeups::run(&mut admin, &scale, peers.as_ref()).await)
     } else {
         None
     };
@@ -414,6 +421,9 @@ async fn run(scale: Scale) {
     }
     if let Some(measured) = &measured_churn {
         churn::report(&mut report, measured, &scale);
+    }
+    if let Some(measured) = &measured_wakeups {
+        wakeups::report(&mut report, measured);
     }
 
     report.finish("Hot paths: measured figures");

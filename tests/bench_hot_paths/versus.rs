@@ -625,7 +625,7 @@ fn param_of(value: &Value) -> Param {
 
 /// The captured statement with its captured values, `overrides` replacing
 /// some (by index).
-fn replay(call: &Call, overrides: &[(usize, Param)]) -> Stmt {
+pub(crate) fn replay(call: &Call, overrides: &[(usize, Param)]) -> Stmt {
     let mut params: Vec<Param> = call.values.iter().map(param_of).collect();
     for (index, param) in overrides {
         params[*index] = param.clone();

@@ -23,9 +23,7 @@ use crate::options::duration_words;
 use engines::older_engines_message;
 use lock::lock_timeout_message;
 
-#[cfg(feature = "connect")]
-pub(crate) use classify::detail;
-pub(crate) use classify::{Context, Step, classify, one_line};
+pub(crate) use classify::{Context, Step, classify, detail, one_line};
 pub use engines::EngineSession;
 pub use lock::{LockHolder, LockTarget, Tries};
 

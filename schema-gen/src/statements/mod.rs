@@ -200,6 +200,7 @@ pub mod schedules;
 mod session;
 mod statement;
 pub mod streams;
+pub mod wake;
 
 pub use call::{
     Call, Decode, DecodeError, Done, One, Optional, Output, Returns, Rows, RowsAffected,

@@ -11,9 +11,11 @@ use std::sync::LazyLock;
 #[cfg(test)]
 use sea_query_postgres::PostgresValues;
 
-use schema_model::{ConsumedEvent, ConsumerOffset, Job, Layout, Schedule, SchemaName, StreamEvent};
+use schema_model::{
+    ConsumedEvent, ConsumerOffset, Job, Layout, Schedule, SchemaName, StreamEvent, WakeChannel,
+};
 
-use super::{Call, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams};
+use super::{Call, Statement, consumed_events, dead_jobs, jobs, locks, schedules, streams, wake};
 
 /// One statement of the registry, on the layouts it runs on.
 ///
@@ -86,6 +88,7 @@ struct Samples {
     offset: ConsumerOffset,
     schedule: Schedule,
     consumed: ConsumedEvent,
+    channel: WakeChannel,
 }
 
 fn sample_job(n: i64) -> Job {
@@ -130,6 +133,7 @@ static SAMPLES: LazyLock<Samples> = LazyLock::new(|| {
         offset: ConsumerOffset::new("stream", "consumer", 5),
         schedule,
         consumed: ConsumedEvent::new("consumer", "event", 6),
+        channel: WakeChannel::new(&SchemaName::default(), "queue"),
     }
 });
 
@@ -238,6 +242,18 @@ static REGISTRY: &[Entry] = &[
     Entry {
         layouts: EVERY,
         sample: || Box::new(jobs::Expire { now: 1, limit: 2 }),
+    },
+    Entry {
+        layouts: EVERY,
+        sample: || {
+            Box::new(wake::Notify {
+                channel: &SAMPLES.channel,
+            })
+        },
+    },
+    Entry {
+        layouts: EVERY,
+        sample: || Box::new(wake::NextDue { queue: "queue" }),
     },
     Entry {
         layouts: EVERY,
