@@ -356,9 +356,12 @@ pub async fn fill(client: &Client, schema: &SchemaName, version: u32) {
         job("mail", now - 60, true, ""),
         job("mail", now + 3600, false, ""),
         job("mail", now - 100, true, &claimed),
+        // Due in 10 minutes: not due before any test's last look at `ready`,
+        // however slow the machine (at 30 s, a resume test that ran 49 s on
+        // loaded cores found it due and its `ready`, rightly, false).
         job(
             "mail",
-            now + 30,
+            now + 600,
             false,
             r#", "attempts": 1, "last_error": "boom""#,
         ),
