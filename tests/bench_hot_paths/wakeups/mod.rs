@@ -91,8 +91,10 @@ pub enum Pickup {
     LeadGeneric,
     /// A candidate: the leading notification of an interval inside its
     /// enqueue's transaction (`BEGIN; enqueue; pg_notify; COMMIT`, one round
-    /// trip), so it fires at that commit; the others folded as shipped.
-    LeadInTransaction,
+    /// trip), so it fires at that commit, at most once per so many
+    /// milliseconds per queue and engine; the other leading notifications
+    /// pipelined behind the enqueue, the rest folded, as shipped.
+    LeadInTransaction(u64),
     /// The worker claims every so many milliseconds.
     Poll(u64),
     /// graphile-worker's `jobs:insert`.
@@ -106,8 +108,8 @@ impl Pickup {
                 "alkstore, wake-ups: notify pipelined behind the enqueue (shipped)".to_owned()
             }
             Pickup::Notifier => "alkstore, wake-ups: notify sent by the notifier's task".to_owned(),
-            Pickup::LeadInTransaction => {
-                "cand: the leading notify inside its enqueue's transaction".to_owned()
+            Pickup::LeadInTransaction(every) => {
+                format!("cand: a leading notify inside its enqueue's transaction, at most every {every} ms")
             }
             Pickup::LeadGeneric => {
                 "ref: shipped, workers with plan_cache_mode = force_generic_plan".to_owned()
@@ -159,18 +161,37 @@ pub enum Enqueue {
     /// The eight clients are eight engines: a notifier each.
     LeadPerClient,
     /// The candidate: the leading notify inside its enqueue's transaction,
-    /// one engine.
-    LeadInTransaction,
+    /// one engine, the enqueue's SQL rendered and sent by the benchmark's
+    /// connection (`Conn`) as the first version did.
+    LeadInTransactionConn,
+    /// The candidate on the library's session (statement text cached): a
+    /// leading notify inside its enqueue's transaction at most once per so
+    /// many milliseconds, the other leading ones pipelined behind; one
+    /// engine.
+    LeadInTransaction(u64),
     /// The same, eight engines.
-    LeadInTransactionPerClient,
+    LeadInTransactionPerClient(u64),
     AfterEach,
     InTransaction,
     Graphile,
 }
 
 impl Enqueue {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
+            Enqueue::LeadInTransaction(every) => format!(
+                "cand: leading notify inside its enqueue's transaction at most every {every} ms, on the session: one engine"
+            ),
+            Enqueue::LeadInTransactionPerClient(every) => {
+                format!("cand: the same ({every} ms), each client an engine")
+            }
+            other => other.fixed_label().to_owned(),
+        }
+    }
+
+    fn fixed_label(self) -> &'static str {
+        match self {
+            Enqueue::LeadInTransaction(_) | Enqueue::LeadInTransactionPerClient(_) => "",
             Enqueue::Off => "alkstore, no wake-ups",
             Enqueue::Lead => {
                 "alkstore, notify pipelined behind the enqueue, coalesced (shipped): one engine"
@@ -178,10 +199,9 @@ impl Enqueue {
             Enqueue::LeadPerClient => {
                 "alkstore, the same, each client an engine (8 notifiers coalescing apart)"
             }
-            Enqueue::LeadInTransaction => {
-                "cand: the leading notify inside its enqueue's transaction: one engine"
+            Enqueue::LeadInTransactionConn => {
+                "cand: the leading notify inside its enqueue's transaction (10 ms), enqueue rendered per call on a plain connection: one engine"
             }
-            Enqueue::LeadInTransactionPerClient => "cand: the same, each client an engine",
             Enqueue::Notifier => "alkstore, notify sent by the notifier's task, coalesced",
             Enqueue::AfterEach => "alkstore, notify pipelined behind every enqueue",
             Enqueue::InTransaction => "alkstore, pg_notify inside every enqueue transaction",
@@ -229,7 +249,8 @@ pub async fn run(
         Pickup::Lead,
         Pickup::Notifier,
         Pickup::LeadGeneric,
-        Pickup::LeadInTransaction,
+        Pickup::LeadInTransaction(10),
+        Pickup::LeadInTransaction(100),
         Pickup::Poll(100),
         Pickup::Poll(1000),
     ];
@@ -445,7 +466,7 @@ pub fn report(report: &mut Report, measured: &Measured) {
     ]);
     for row in &measured.throughput {
         table.row(vec![
-            row.variant.label().to_owned(),
+            row.variant.label(),
             format!("{:.0}", row.jobs_per_s),
             format!(
                 "{} [{} - {}]",

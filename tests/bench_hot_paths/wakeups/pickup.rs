@@ -230,6 +230,9 @@ enum Producer {
         enqueue: tokio_postgres::Statement,
         commit: tokio_postgres::Statement,
         notify: tokio_postgres::Statement,
+        /// When the candidate last put a notify inside an enqueue's
+        /// transaction.
+        inside: Option<Instant>,
     },
     Graphile {
         conn: Conn,
@@ -276,6 +279,7 @@ impl Producer {
                     enqueue,
                     commit,
                     notify,
+                    inside: None,
                 }
             }
             System::Graphile(sql, _) => Producer::Graphile {
@@ -297,15 +301,29 @@ impl Producer {
                 enqueue: prepared_enqueue,
                 commit,
                 notify,
+                inside,
             } => {
                 let now = unix_now();
                 let job = job(now, format!("{{\"n\":{n}}}").into_bytes());
                 let enqueue = jobs::Enqueue { job: &job, now };
                 let lead = match variant {
-                    Pickup::Lead | Pickup::LeadGeneric | Pickup::LeadInTransaction => {
+                    Pickup::Lead | Pickup::LeadGeneric | Pickup::LeadInTransaction(_) => {
                         notifier.lead(QUEUE)
                     }
                     _ => None,
+                };
+                // The candidate's inside notify: at most once per its interval.
+                let in_transaction = match variant {
+                    Pickup::LeadInTransaction(every) if lead.is_some() => {
+                        let due = inside.is_none_or(|at| {
+                            at.elapsed() >= Duration::from_millis(every)
+                        });
+                        if due {
+                            *inside = Some(Instant::now());
+                        }
+                        due
+                    }
+                    _ => false,
                 };
                 // What `Notifier::run_and_wake` sends, the commit stamped when
                 // the enqueue's own result arrives, before the notify's.
@@ -314,7 +332,7 @@ impl Producer {
                         let id = session.run(&enqueue).await;
                         (id, Instant::now())
                     }
-                    Some(channel) if variant == Pickup::LeadInTransaction => {
+                    Some(channel) if in_transaction => {
                         // Sent in this order in one round trip; the commit is
                         // the COMMIT's result.
                         let client = session.client();

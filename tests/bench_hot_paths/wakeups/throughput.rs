@@ -13,6 +13,11 @@ struct EnqueueWorker {
     channel: WakeChannel,
     notifier: Option<Arc<Notifier>>,
     graphile: Option<Arc<GraphileSql>>,
+    /// The candidate's engine-wide time of its last notify inside an
+    /// enqueue's transaction.
+    inside: Option<Arc<Mutex<Option<Instant>>>>,
+    /// `BEGIN` and `COMMIT` prepared on the session's connection.
+    tx: Option<(tokio_postgres::Statement, tokio_postgres::Statement)>,
     latency: Recorder,
     /// Notifications this client sent itself, besides its notifier's.
     sent: u64,
@@ -61,7 +66,53 @@ impl Worker for EnqueueWorker {
                 notified.map_err(failed)?;
                 self.sent += 1;
             }
-            Enqueue::LeadInTransaction | Enqueue::LeadInTransactionPerClient => {
+            Enqueue::LeadInTransaction(every) | Enqueue::LeadInTransactionPerClient(every) => {
+                let session = self.session()?;
+                let notifier = self.notifier.as_ref().ok_or("no notifier")?;
+                let Some(channel) = notifier.lead(QUEUE) else {
+                    session.run(&enqueue).await.map_err(failed)?;
+                    self.latency.record(started.elapsed());
+                    return Ok(1);
+                };
+                let due = {
+                    let mut last = self
+                        .inside
+                        .as_ref()
+                        .ok_or("no inside clock")?
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    let due =
+                        last.is_none_or(|at| at.elapsed() >= Duration::from_millis(every));
+                    if due {
+                        *last = Some(Instant::now());
+                    }
+                    due
+                };
+                let notify = wake::Notify { channel: &channel };
+                if due {
+                    let (begin, commit) = self.tx.as_ref().ok_or("no BEGIN")?;
+                    let client = session.client();
+                    let (began, enqueued, notified, committed) = futures_util::future::join4(
+                        client.query(begin, &[]),
+                        session.run(&enqueue),
+                        session.run(&notify),
+                        client.query(commit, &[]),
+                    )
+                    .await;
+                    began.map_err(|e| db_error("BEGIN", &e))?;
+                    enqueued.map_err(failed)?;
+                    notified.map_err(failed)?;
+                    committed.map_err(|e| db_error("COMMIT", &e))?;
+                } else {
+                    let (enqueued, notified) =
+                        futures_util::future::join(session.run(&enqueue), session.run(&notify))
+                            .await;
+                    enqueued.map_err(failed)?;
+                    notified.map_err(failed)?;
+                }
+                self.sent += 1;
+            }
+            Enqueue::LeadInTransactionConn => {
                 let lead = self.notifier.as_ref().ok_or("no notifier")?.lead(QUEUE);
                 let statements = match lead {
                     Some(channel) => vec![
@@ -123,8 +174,11 @@ pub(super) async fn throughput(
         Enqueue::Off,
         Enqueue::Lead,
         Enqueue::LeadPerClient,
-        Enqueue::LeadInTransaction,
-        Enqueue::LeadInTransactionPerClient,
+        Enqueue::LeadInTransactionConn,
+        Enqueue::LeadInTransaction(10),
+        Enqueue::LeadInTransactionPerClient(10),
+        Enqueue::LeadInTransaction(100),
+        Enqueue::LeadInTransactionPerClient(100),
         Enqueue::Notifier,
         Enqueue::AfterEach,
         Enqueue::InTransaction,
@@ -160,25 +214,31 @@ pub(super) async fn throughput(
             )
         };
         let shared = match variant {
-            Enqueue::Notifier | Enqueue::Lead | Enqueue::LeadInTransaction => {
-                Some(notifier().await)
-            }
+            Enqueue::Notifier
+            | Enqueue::Lead
+            | Enqueue::LeadInTransactionConn
+            | Enqueue::LeadInTransaction(_) => Some(notifier().await),
             _ => None,
         };
+        let shared_inside = Arc::new(Mutex::new(None));
         let mut workers = Vec::new();
         for client in 0..CLIENTS {
             let notifier = match variant {
-                Enqueue::LeadPerClient | Enqueue::LeadInTransactionPerClient => {
+                Enqueue::LeadPerClient | Enqueue::LeadInTransactionPerClient(_) => {
                     Some(notifier().await)
                 }
                 _ => shared.clone(),
+            };
+            let inside = match variant {
+                Enqueue::LeadInTransaction(_) => Some(Arc::clone(&shared_inside)),
+                Enqueue::LeadInTransactionPerClient(_) => Some(Arc::new(Mutex::new(None))),
+                _ => None,
             };
             let on_conn = matches!(
                 variant,
                 Enqueue::InTransaction
                     | Enqueue::Graphile
-                    | Enqueue::LeadInTransaction
-                    | Enqueue::LeadInTransactionPerClient
+                        | Enqueue::LeadInTransactionConn
             );
             let (session, conn) = if on_conn {
                 (None, Some(Conn::open().await))
@@ -190,6 +250,18 @@ pub(super) async fn throughput(
                     .unwrap_or_else(|e| panic!("prepare: {e}"));
                 (Some(session), None)
             };
+            let tx = match (&session, inside.is_some()) {
+                (Some(session), true) => {
+                    let client = session.client();
+                    let begin = client.prepare("BEGIN").await;
+                    let commit = client.prepare("COMMIT").await;
+                    Some((
+                        begin.unwrap_or_else(|e| panic!("{}", db_error("BEGIN", &e))),
+                        commit.unwrap_or_else(|e| panic!("{}", db_error("COMMIT", &e))),
+                    ))
+                }
+                _ => None,
+            };
             workers.push(EnqueueWorker {
                 session,
                 conn,
@@ -197,6 +269,8 @@ pub(super) async fn throughput(
                 channel: WakeChannel::new(&schema, QUEUE),
                 schema: schema.clone(),
                 notifier,
+                inside,
+                tx,
                 graphile: graphile.clone(),
                 latency: Recorder::new(),
                 sent: 0,
