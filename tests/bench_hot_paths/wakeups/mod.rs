@@ -229,6 +229,13 @@ pub struct Measured {
     graphile: Option<String>,
 }
 
+/// `ALKSTORE_BENCH_WAKE_FOCUS=1`: only the shipped path, the inside-notify
+/// candidates and graphile-worker (what decides the targets), for a quicker
+/// run.
+fn focused() -> bool {
+    harness::bench::env_number("ALKSTORE_BENCH_WAKE_FOCUS").is_some_and(|n| n > 0)
+}
+
 /// Jobs picked up per pickup cell.
 fn samples(scale: &Scale) -> usize {
     let default = match scale.name.split(',').next() {
@@ -250,10 +257,19 @@ pub async fn run(
         Pickup::Notifier,
         Pickup::LeadGeneric,
         Pickup::LeadInTransaction(10),
+        Pickup::LeadInTransaction(20),
         Pickup::LeadInTransaction(100),
         Pickup::Poll(100),
         Pickup::Poll(1000),
     ];
+    if focused() {
+        variants.retain(|v| {
+            matches!(
+                v,
+                Pickup::Lead | Pickup::LeadInTransaction(10 | 20) | Pickup::Graphile
+            )
+        });
+    }
     if peers.is_some() {
         variants.push(Pickup::Graphile);
     }

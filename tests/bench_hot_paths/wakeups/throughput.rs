@@ -177,6 +177,8 @@ pub(super) async fn throughput(
         Enqueue::LeadInTransactionConn,
         Enqueue::LeadInTransaction(10),
         Enqueue::LeadInTransactionPerClient(10),
+        Enqueue::LeadInTransaction(20),
+        Enqueue::LeadInTransactionPerClient(20),
         Enqueue::LeadInTransaction(100),
         Enqueue::LeadInTransactionPerClient(100),
         Enqueue::Notifier,
@@ -185,6 +187,18 @@ pub(super) async fn throughput(
     ];
     if peers.is_some() {
         variants.push(Enqueue::Graphile);
+    }
+    if focused() {
+        variants.retain(|v| {
+            matches!(
+                v,
+                Enqueue::Off
+                    | Enqueue::Lead
+                    | Enqueue::LeadPerClient
+                    | Enqueue::LeadInTransaction(10 | 20)
+                    | Enqueue::LeadInTransactionPerClient(10 | 20)
+            )
+        });
     }
     progress(&format!(
         "wake-ups: enqueue throughput, {CLIENTS} clients, {} variants, {:.0} s each in {ROUNDS} rounds",
