@@ -233,7 +233,7 @@ pub struct Measured {
 /// candidates and graphile-worker (what decides the targets), for a quicker
 /// run.
 fn focused() -> bool {
-    harness::bench::env_number("ALKSTORE_BENCH_WAKE_FOCUS").is_some_and(|n| n > 0)
+    harness::bench::env_number("ALKSTORE_BENCH_WAKE_FOCUS").is_some_and(|n| n > 0.0)
 }
 
 /// Jobs picked up per pickup cell.
