@@ -68,6 +68,9 @@ const QUEUE: &str = "wake";
 const ENGINES: usize = 2;
 /// The notifier's coalescing interval.
 const INTERVAL: Duration = Duration::from_millis(10);
+/// The shipped default: a leading notify inside its enqueue's transaction
+/// at most once per this many milliseconds ([`schema_gen::wake::INSIDE_EVERY`]).
+const SHIPPED_INSIDE_MS: u64 = 10;
 /// An engine's fallback poll while it waits for wake-ups.
 const FALLBACK: Duration = Duration::from_secs(5);
 /// The enqueue clients of the throughput runs (and of the load).
@@ -105,14 +108,15 @@ impl Pickup {
     fn label(self) -> String {
         match self {
             Pickup::Lead => {
-                "alkstore, wake-ups: notify pipelined behind the enqueue (shipped)".to_owned()
+                "alkstore, wake-ups: notify pipelined behind the enqueue (shipped before)".to_owned()
             }
             Pickup::Notifier => "alkstore, wake-ups: notify sent by the notifier's task".to_owned(),
-            Pickup::LeadInTransaction(every) => {
-                format!("cand: a leading notify inside its enqueue's transaction, at most every {every} ms")
-            }
+            Pickup::LeadInTransaction(every) => format!(
+                "run_and_wake: a leading notify inside its enqueue's transaction, at most every {every} ms{}",
+                if every == SHIPPED_INSIDE_MS { " (shipped)" } else { "" }
+            ),
             Pickup::LeadGeneric => {
-                "ref: shipped, workers with plan_cache_mode = force_generic_plan".to_owned()
+                "ref: shipped before, workers with plan_cache_mode = force_generic_plan".to_owned()
             }
             Pickup::Poll(every) if every >= 1000 => {
                 format!("alkstore, polling every {} s", every / 1000)
@@ -180,7 +184,8 @@ impl Enqueue {
     fn label(self) -> String {
         match self {
             Enqueue::LeadInTransaction(every) => format!(
-                "cand: leading notify inside its enqueue's transaction at most every {every} ms, on the session: one engine"
+                "run_and_wake: a leading notify inside its enqueue's transaction at most every {every} ms{}: one engine",
+                if every == SHIPPED_INSIDE_MS { " (shipped)" } else { "" }
             ),
             Enqueue::LeadInTransactionPerClient(every) => {
                 format!("cand: the same ({every} ms), each client an engine")
@@ -194,7 +199,7 @@ impl Enqueue {
             Enqueue::LeadInTransaction(_) | Enqueue::LeadInTransactionPerClient(_) => "",
             Enqueue::Off => "alkstore, no wake-ups",
             Enqueue::Lead => {
-                "alkstore, notify pipelined behind the enqueue, coalesced (shipped): one engine"
+                "alkstore, notify pipelined behind the enqueue, coalesced (shipped before): one engine"
             }
             Enqueue::LeadPerClient => {
                 "alkstore, the same, each client an engine (8 notifiers coalescing apart)"
@@ -435,12 +440,12 @@ pub fn report(report: &mut Report, measured: &Measured) {
                 .and_then(|r| r.latency.p50_ms())
         };
         if let Some(graphile) = find(Pickup::Graphile) {
-            let ours = find(Pickup::Lead);
+            let ours = find(Pickup::LeadInTransaction(SHIPPED_INSIDE_MS));
             let r = ratio(ours, Some(graphile));
             let rounds = measured
                 .pickup
                 .iter()
-                .find(|r| r.variant == Pickup::Lead && r.load == load)
+                .find(|r| r.variant == Pickup::LeadInTransaction(SHIPPED_INSIDE_MS) && r.load == load)
                 .and_then(by_round);
             report.verdict(
                 format!(
@@ -499,7 +504,7 @@ pub fn report(report: &mut Report, measured: &Measured) {
     if let Some(notifier) = measured
         .throughput
         .iter()
-        .find(|r| r.variant == Enqueue::Lead)
+        .find(|r| r.variant == Enqueue::LeadInTransaction(SHIPPED_INSIDE_MS))
     {
         let r = quantile(&notifier.paired, 0.5);
         report.verdict(
