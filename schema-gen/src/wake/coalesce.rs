@@ -237,12 +237,12 @@ mod tests {
     fn a_leading_notification_goes_inside_at_most_once_per_inside_interval() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Coalescer::new(INTERVAL, Duration::from_millis(20));
+        let mut c = Coalescer::new(INTERVAL, Duration::from_millis(30));
         assert_eq!(c.wake("a", at(0), true), Decision::Inside);
         assert_eq!(c.wake("b", at(1), true), Decision::Inside, "its own interval");
         assert_eq!(c.wake("a", at(5), true), Decision::Later);
         assert_eq!(c.due(at(10)), ["a"]);
-        // Leading again, but within 20 ms of the inside one: outside.
+        // Leading again, but within 30 ms of the inside one: outside.
         assert_eq!(c.wake("a", at(21), true), Decision::Now);
         assert_eq!(c.wake("a", at(31), true), Decision::Inside);
         // Quiet past the coalescing interval, the slot is kept while its
