@@ -268,7 +268,9 @@ async fn the_leading_notification_goes_inside_the_enqueue_transaction() {
     let inside = Notifier::start(direct(), schema.clone(), Duration::from_millis(10))
         .await
         .unwrap_or_else(|e| panic!("notifier: {e}"));
-    let refusal = inside.run_and_wake(&mut producer, &enqueue, "refused").await;
+    let refusal = inside
+        .run_and_wake(&mut producer, &enqueue, "refused")
+        .await;
     assert!(refusal.is_err(), "the check refuses the enqueue");
     // Behind, a notify would have arrived by now (see the contrast below).
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -283,13 +285,19 @@ async fn the_leading_notification_goes_inside_the_enqueue_transaction() {
     )
     .await
     .unwrap_or_else(|e| panic!("notifier: {e}"));
-    let refusal = behind.run_and_wake(&mut producer, &enqueue, "refused").await;
+    let refusal = behind
+        .run_and_wake(&mut producer, &enqueue, "refused")
+        .await;
     assert!(refusal.is_err());
     let deadline = Instant::now() + HANG;
     while arrived() == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(arrived(), 1, "behind the enqueue, the notify ran on its own");
+    assert_eq!(
+        arrived(),
+        1,
+        "behind the enqueue, the notify ran on its own"
+    );
     assert_eq!(behind.stats().inside, 0);
 
     exec(
@@ -372,7 +380,10 @@ async fn a_burst_through_run_and_wake_costs_the_stated_notifications() {
     let stats = notifier.stats();
     let span = received[received.len() - 1].duration_since(first);
     let bound = |every: Duration| span.as_millis().div_ceil(every.as_millis()) as u64 + 1;
-    assert!(received.len() as u64 <= bound(INTERVAL), "{stats:?} over {span:?}");
+    assert!(
+        received.len() as u64 <= bound(INTERVAL),
+        "{stats:?} over {span:?}"
+    );
     assert!(stats.inside >= 1, "the first went inside: {stats:?}");
     assert!(stats.inside <= bound(INSIDE), "{stats:?} over {span:?}");
     assert_eq!(stats.failed, 0, "{stats:?}");

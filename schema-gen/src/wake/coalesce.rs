@@ -239,7 +239,11 @@ mod tests {
         let at = |ms| start + Duration::from_millis(ms);
         let mut c = Coalescer::new(INTERVAL, Duration::from_millis(30));
         assert_eq!(c.wake("a", at(0), true), Decision::Inside);
-        assert_eq!(c.wake("b", at(1), true), Decision::Inside, "its own interval");
+        assert_eq!(
+            c.wake("b", at(1), true),
+            Decision::Inside,
+            "its own interval"
+        );
         assert_eq!(c.wake("a", at(5), true), Decision::Later);
         assert_eq!(c.due(at(10)), ["a"]);
         // Leading again, but within 30 ms of the inside one: outside.

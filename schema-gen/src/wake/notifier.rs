@@ -267,9 +267,10 @@ impl Notifier {
     /// The coalescer's decision for a wake-up of `queue` now, folded ones
     /// counted (and the task poked for their trailing notification).
     fn decide(&self, queue: &str, may_go_inside: bool) -> Decision {
-        let decision = lock(&self.shared.state)
-            .coalescer
-            .wake(queue, Instant::now(), may_go_inside);
+        let decision =
+            lock(&self.shared.state)
+                .coalescer
+                .wake(queue, Instant::now(), may_go_inside);
         if decision == Decision::Later {
             self.shared.folded.fetch_add(1, Ordering::Relaxed);
             self.shared.poke.notify_one();

@@ -11,10 +11,13 @@
 //! enqueue -> claim -> ack loop on another product schema (the load, with
 //! the engine's vacuum step). The variants:
 //!
-//! - the product with the library's [`Listener`] and the notify pipelined
-//!   behind the enqueue, as [`Notifier::run_and_wake`] sends it (shipped);
+//! - the product with the library's [`Listener`] and
+//!   [`Notifier::run_and_wake`]: a queue's leading notify inside its
+//!   enqueue's transaction at most every 10 ms (shipped), or 20 or 100 ms;
 //!   the worker claims alone after a notification, runs the claim path
 //!   (promote, claim) otherwise;
+//! - the design shipped before: the notify always pipelined behind the
+//!   enqueue;
 //! - the same with the notify sent by the notifier's task after the
 //!   enqueue returned ([`Notifier::wake`]);
 //! - the shipped path with the workers' sessions on generic plans (a
@@ -32,8 +35,11 @@
 //! **Enqueue throughput**: eight clients enqueue one job per statement for
 //! the loop's time, each variant in [`ROUNDS`] slices, each slice right
 //! beside one without wake-ups and compared with it: no wake-ups;
-//! the shipped path with one notifier for the eight (one engine process)
-//! and with a notifier each (eight engines); the notifier's task sending
+//! the design shipped before (the notify always behind) and
+//! `run_and_wake` with its leading notify inside at most every 10 (shipped),
+//! 20 or 100 ms, each with one notifier for the eight (one engine process)
+//! and with a notifier each (eight engines); the first version's
+//! candidate path (the enqueue rendered on every call); the notifier's task sending
 //! every notification; a notify pipelined after every enqueue (no
 //! coalescing); the notify inside every enqueue transaction (`BEGIN;
 //! enqueue; pg_notify; COMMIT`, one round trip); graphile-worker's
@@ -108,12 +114,17 @@ impl Pickup {
     fn label(self) -> String {
         match self {
             Pickup::Lead => {
-                "alkstore, wake-ups: notify pipelined behind the enqueue (shipped before)".to_owned()
+                "alkstore, wake-ups: notify pipelined behind the enqueue (shipped before)"
+                    .to_owned()
             }
             Pickup::Notifier => "alkstore, wake-ups: notify sent by the notifier's task".to_owned(),
             Pickup::LeadInTransaction(every) => format!(
                 "run_and_wake: a leading notify inside its enqueue's transaction, at most every {every} ms{}",
-                if every == SHIPPED_INSIDE_MS { " (shipped)" } else { "" }
+                if every == SHIPPED_INSIDE_MS {
+                    " (shipped)"
+                } else {
+                    ""
+                }
             ),
             Pickup::LeadGeneric => {
                 "ref: shipped before, workers with plan_cache_mode = force_generic_plan".to_owned()
@@ -185,7 +196,11 @@ impl Enqueue {
         match self {
             Enqueue::LeadInTransaction(every) => format!(
                 "run_and_wake: a leading notify inside its enqueue's transaction at most every {every} ms{}: one engine",
-                if every == SHIPPED_INSIDE_MS { " (shipped)" } else { "" }
+                if every == SHIPPED_INSIDE_MS {
+                    " (shipped)"
+                } else {
+                    ""
+                }
             ),
             Enqueue::LeadInTransactionPerClient(every) => {
                 format!("cand: the same ({every} ms), each client an engine")
@@ -445,7 +460,9 @@ pub fn report(report: &mut Report, measured: &Measured) {
             let rounds = measured
                 .pickup
                 .iter()
-                .find(|r| r.variant == Pickup::LeadInTransaction(SHIPPED_INSIDE_MS) && r.load == load)
+                .find(|r| {
+                    r.variant == Pickup::LeadInTransaction(SHIPPED_INSIDE_MS) && r.load == load
+                })
                 .and_then(by_round);
             report.verdict(
                 format!(

@@ -211,9 +211,7 @@ pub(super) async fn throughput(
 
             let on_conn = matches!(
                 variant,
-                Enqueue::InTransaction
-                    | Enqueue::Graphile
-                        | Enqueue::LeadInTransactionConn
+                Enqueue::InTransaction | Enqueue::Graphile | Enqueue::LeadInTransactionConn
             );
             let (session, conn) = if on_conn {
                 (None, Some(Conn::open().await))
