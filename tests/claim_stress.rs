@@ -530,11 +530,17 @@ async fn claimers_promoters_workers_and_the_reaper_never_wait_for_a_held_row() {
     }
 }
 
-/// Polls the watch until `waiter` has reported a wait (at most a minute:
-/// only a failing run waits that long).
+/// Polls the watch until `waiter` has reported a wait and the watch has
+/// read its sessions (at most a minute: only a failing run waits that
+/// long). The caller then ends the wait; ended before that read, the read
+/// finds the waiter no longer waiting (seen under a loaded machine).
 async fn reported(watch: &LockWatch, waiter: &str) {
     for _ in 0..1200 {
-        if watch.seen().iter().any(|w| w.waiter == waiter) {
+        if watch
+            .seen()
+            .iter()
+            .any(|w| w.waiter == waiter && !w.sessions.is_empty())
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -88,10 +88,11 @@ fn dba_indexes_read(m: &Measured) -> Vec<&String> {
 ///   to date costs a write ([`PAGES_PER_EXTRA_INDEX_ENTRY`] per row and
 ///   index, [`PAGES_PER_INDEX_SPLIT`] per index).
 ///
-/// Then what the predicate is for: a queue that filled after the last
-/// `ANALYZE` (the planner expects one row). Beside the indexes as written,
-/// the claim reads the whole queue through one of them and sorts it; kept
-/// out, it reads the claim index as always.
+/// Then a queue that filled after the last `ANALYZE` (the planner expects
+/// one row of it): a claim that showed the planner its queue read the whole
+/// queue through a DBA's index and sorted it; the product's claim hides its
+/// queue from the planner, and reads the claim index beside the indexes as
+/// written and kept out alike.
 #[tokio::test]
 async fn the_hot_paths_keep_their_indexes_beside_a_dbas_reporting_indexes() {
     if harness::skip_db_tests() {
@@ -235,20 +236,28 @@ async fn the_hot_paths_keep_their_indexes_beside_a_dbas_reporting_indexes() {
         kept_out.pretty()
     );
     // The same indexes as written (CREATE INDEX leaves the column
-    // statistics as they were): the planner takes one of them.
+    // statistics as they were). A claim that showed the planner its queue
+    // took one of them here and sorted the whole queue (the planner expects
+    // about one row of a queue it has no statistics of); the product's
+    // claim hides its queue from the planner (`jobs`, "The claim path is
+    // planned once"), so its plan is the one of any queue: the claim index.
     dba_indexes(&client, &schema, "").await;
     let beside = explain_analyze(&client, &burst.statement, PlanMode::Custom).await;
+    check_plan(
+        "claim burst (custom plan, beside the DBA indexes as written)",
+        &burst,
+        &beside,
+    );
     assert!(
-        !dba_indexes_read(&beside).is_empty()
-            && beside.sort_nodes().contains(&"Sort")
-            && beside.buffers > 4 * kept_out.buffers,
-        "the claim of a queue new since the last ANALYZE does not take a DBA's index here: \
-         the test proves nothing\n{}",
+        dba_indexes_read(&beside).is_empty() && beside.buffers <= normal.buffers + 8,
+        "the claim of a queue new since the last ANALYZE reads a DBA's index or more than a \
+         claim of the seeded queue ({} buffers)\n{}",
+        normal.buffers,
         beside.pretty()
     );
     println!(
         "claim of a queue filled after ANALYZE ({BURST} jobs), custom plan: {} buffers beside \
-         the DBA's indexes ({:?}, a Sort), {} with them kept out ({:?})",
+         the DBA's indexes ({:?}), {} with them kept out ({:?})",
         beside.buffers, beside.indexes, kept_out.buffers, kept_out.indexes
     );
 }

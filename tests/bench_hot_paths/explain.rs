@@ -37,6 +37,10 @@ pub struct Work {
     /// statement: the plan cache lookup, and the planning when the cache
     /// builds a custom plan for these values).
     pub plan_ms: f64,
+    /// Per statement of the path, the plans the server's plan cache built
+    /// over the warm-up and measured runs (`pg_prepared_statements`:
+    /// generic, custom); empty for a path explained afresh every time.
+    pub plan_cache: Vec<(i64, i64)>,
 }
 
 impl Work {
@@ -65,6 +69,9 @@ impl Work {
 pub struct Explainer {
     conn: Conn,
     names: HashMap<String, String>,
+    /// Each statement prepared, explained and deallocated every time: the
+    /// planning an unnamed statement pays on every execution.
+    fresh: bool,
 }
 
 impl Explainer {
@@ -72,7 +79,15 @@ impl Explainer {
         Self {
             conn: Conn::open().await,
             names: HashMap::new(),
+            fresh: false,
         }
+    }
+
+    /// An explainer that plans every statement afresh on every run, as an
+    /// unnamed statement is.
+    pub fn fresh(mut self) -> Self {
+        self.fresh = true;
+        self
     }
 
     /// An explainer whose session first runs `setup` (e.g. a `SET`).
@@ -94,6 +109,14 @@ impl Explainer {
     pub async fn path(&mut self, stmts: &[Stmt]) -> Result<Work, String> {
         let mut total = Work::default();
         for stmt in stmts {
+            if let Stmt::Utility(sql) = stmt {
+                self.conn
+                    .client
+                    .batch_execute(sql)
+                    .await
+                    .map_err(|e| db_error(sql, &e))?;
+                continue;
+            }
             let name = match self.names.get(stmt.sql()) {
                 Some(name) => name.clone(),
                 None => {
@@ -136,8 +159,39 @@ impl Explainer {
             work.exec_ms = plan[0]["Execution Time"].as_f64().unwrap_or_default();
             work.plan_ms = plan[0]["Planning Time"].as_f64().unwrap_or_default();
             total.add(work);
+            if self.fresh {
+                let name = self.names.remove(stmt.sql()).unwrap_or_default();
+                self.conn
+                    .client
+                    .batch_execute(&format!("DEALLOCATE {name}"))
+                    .await
+                    .map_err(|e| db_error("DEALLOCATE", &e))?;
+            }
         }
         Ok(total)
+    }
+
+    /// The plans the plan cache built for each statement of `stmts` so far
+    /// (generic, custom), from `pg_prepared_statements`.
+    async fn plan_cache(&self, stmts: &[Stmt]) -> Result<Vec<(i64, i64)>, String> {
+        let mut out = Vec::new();
+        for stmt in stmts.iter().filter(|s| !matches!(s, Stmt::Utility(_))) {
+            let Some(name) = self.names.get(stmt.sql()) else {
+                continue;
+            };
+            let row = self
+                .conn
+                .client
+                .query_one(
+                    "SELECT generic_plans, custom_plans FROM pg_catalog.pg_prepared_statements \
+                     WHERE name = $1",
+                    &[name],
+                )
+                .await
+                .map_err(|e| db_error("pg_prepared_statements", &e))?;
+            out.push((row.get(0), row.get(1)));
+        }
+        Ok(out)
     }
 
     /// The median (by buffers) of `runs` executions of the path, after
@@ -156,7 +210,9 @@ impl Explainer {
             all.push(self.path(&stmts()).await?);
         }
         all.sort_by_key(|w| w.buffers);
-        Ok(all.swap_remove(all.len() / 2))
+        let mut work = all.swap_remove(all.len() / 2);
+        work.plan_cache = self.plan_cache(&stmts()).await?;
+        Ok(work)
     }
 }
 

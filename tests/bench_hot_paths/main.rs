@@ -10,13 +10,16 @@
 //! In one run (the default parts): claim p50/p99 and buffers per claim of the
 //! product at each size and job mix, at 1 and 8 clients, and polls of a queue
 //! holding only not-yet-due jobs (`claims`); the product's claim path beside
-//! the floor, the peers and the claim-path candidates at 1 and 8 clients
-//! with `synchronous_commit` off and on (`versus.rs`); the enqueue -> claim
-//! -> ack loop of every system at 8 clients, batches of 1 and 10, commit on
-//! and off (`loops`). Only when named: the rejected designs (a) and (c)
-//! (`rejected`, `designs.rs`), the churn (`churn`) and the wake-ups' pickup
-//! latency and enqueue cost (`wakeups`, `wakeups.rs`). BENCHMARKS.md
-//! explains the figures.
+//! the floor, the peers and the claim-path candidates (`candidates.rs`) at 1
+//! and 8 clients with `synchronous_commit` off and on (`versus.rs`); the
+//! enqueue -> claim -> ack loop of every system at 8 clients, batches of 1,
+//! 10 and 100, commit on and off, each peer in its batched mode (`loops`);
+//! the burn-down of a backlog by 8 clients at the same batches (`burndown`);
+//! a steady queue under a `REPEATABLE READ` snapshot held for 120 s
+//! (`held`). Only when named: the rejected designs (a) and (c) (`rejected`,
+//! `designs.rs`), the churn (`churn`) and the wake-ups' pickup latency and
+//! enqueue cost (`wakeups`, `wakeups/`). BENCHMARKS.md explains the
+//! figures.
 //!
 //! `--bench` (what `cargo bench` passes) runs the full scale; without it (as
 //! under `cargo test --benches`) a tiny round exercises every part (about
@@ -24,24 +27,36 @@
 //! `ALKSTORE_BENCH_SIZES=10000,100000`, `ALKSTORE_BENCH_VS_SIZES=1000000`,
 //! `ALKSTORE_BENCH_LOOP_SECS`, `ALKSTORE_BENCH_CHURN_SECS` override parts of
 //! it; `ALKSTORE_BENCH_LOOPS=8x10,1x1` picks the loop's (clients x batch)
-//! groups; `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,churn,wakeups` runs
-//! only the parts named; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
+//! groups (of the loop and the burn-down);
+//! `ALKSTORE_BENCH_ONLY=claims,rejected,versus,loops,burndown,held,churn,wakeups`
+//! runs only the parts named; `ALKSTORE_BENCH_CANDS=plain,unnamed` picks
+//! the candidates of the claim comparison and `ALKSTORE_BENCH_VS_ROUNDS`
+//! its rounds; `ALKSTORE_BENCH_LOOP_CANDS=plain,unnamed`
+//! picks the candidates run beside the loops, the burn-down and (the first)
+//! the held snapshot (`none`: none); `ALKSTORE_BENCH_BURN_BACKLOG` and
+//! `ALKSTORE_BENCH_BURN_SECS` the burn-down's backlog and time cap per
+//! system; `ALKSTORE_BENCH_HELD_SECS` and `ALKSTORE_BENCH_HELD_RATE` the
+//! held snapshot's hold and the producer's jobs/s; `ALKSTORE_BENCH_CHURN_VARIANTS=declared,naptime`
 //! picks the churn variants (`churn.rs`) and `ALKSTORE_BENCH_CHURN_BACKLOG`
 //! the churn's backlog; `ALKSTORE_BENCH_LOOP_VACUUM=off` leaves the engine's
 //! maintenance step out of the loop; `ALKSTORE_BENCH_FSYNC=keep` leaves the
 //! server's `fsync` as it is; `ALKSTORE_BENCH_PEERS=skip` leaves pg-boss and
 //! graphile-worker out (local runs only).
 
+mod candidates;
 mod churn;
 mod claims;
 mod designs;
 mod explain;
+mod held;
 mod latency;
+mod loops;
 mod maintenance;
 mod peers;
 mod pool;
 mod product;
 mod report;
+mod systems;
 mod versus;
 mod wakeups;
 
@@ -49,7 +64,8 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use pool::db_error;
+use candidates::Cand;
+use pool::{Commit, db_error};
 use report::Report;
 
 // ---------------------------------------------------------------------------
@@ -71,8 +87,30 @@ pub struct Scale {
     pub explain_warmup: usize,
     pub explain_runs: usize,
     pub loop_time: Duration,
-    /// The loop's (clients, batch) groups (`ALKSTORE_BENCH_LOOPS=8x10,1x1`).
+    /// The loop's and the burn-down's (clients, batch) groups
+    /// (`ALKSTORE_BENCH_LOOPS=8x10,1x1`).
     pub loop_groups: Vec<(usize, u64)>,
+    /// The `synchronous_commit` settings of the loops and the burn-down.
+    pub loop_commits: Vec<Commit>,
+    /// Candidates run beside the product in the loops, the burn-down and
+    /// (the first) the held snapshot (`ALKSTORE_BENCH_LOOP_CANDS`).
+    pub loop_cands: Vec<Cand>,
+    /// Jobs seeded before a burn-down (`ALKSTORE_BENCH_BURN_BACKLOG`).
+    pub burn_backlog: u64,
+    /// The burn-down's turn per system, and its time per system at most
+    /// (`ALKSTORE_BENCH_BURN_SECS`).
+    pub burn_slice: Duration,
+    pub burn_cap: Duration,
+    /// The held snapshot's timeline: before the hold, the hold
+    /// (`ALKSTORE_BENCH_HELD_SECS`), after it; one sample per interval.
+    pub held_before: Duration,
+    pub held_hold: Duration,
+    pub held_after: Duration,
+    pub held_sample: Duration,
+    /// Jobs enqueued per second under the held snapshot
+    /// (`ALKSTORE_BENCH_HELD_RATE`), and the clients claiming them.
+    pub held_rate: f64,
+    pub held_clients: usize,
     pub churn_time: Duration,
     pub churn_window: Duration,
     pub churn_backlog: u64,
@@ -86,16 +124,22 @@ pub struct Scale {
     pub vs_sizes: Vec<u64>,
     /// Wall time of one cell's round in that comparison, at most.
     pub vs_cell_time: Duration,
+    /// Rounds of that comparison (`ALKSTORE_BENCH_VS_ROUNDS`).
+    pub vs_rounds: u64,
+    /// The candidates of that comparison (`ALKSTORE_BENCH_CANDS`).
+    pub cands: Vec<Cand>,
     /// The parts to run (`ALKSTORE_BENCH_ONLY`): [`DEFAULT_PARTS`] unless told.
     pub parts: Vec<&'static str>,
 }
 
-const ALL_PARTS: [&str; 6] = ["claims", "rejected", "versus", "loops", "churn", "wakeups"];
+const ALL_PARTS: [&str; 8] = [
+    "claims", "rejected", "versus", "loops", "burndown", "held", "churn", "wakeups",
+];
 
 /// The parts of a run unless `ALKSTORE_BENCH_ONLY` names others: the
 /// rejected designs (a) and (c) and the churn (about 20 minutes more at full
 /// scale) run only when named.
-const DEFAULT_PARTS: [&str; 3] = ["claims", "versus", "loops"];
+const DEFAULT_PARTS: [&str; 5] = ["claims", "versus", "loops", "burndown", "held"];
 
 /// The churn variants of a run unless `ALKSTORE_BENCH_CHURN_VARIANTS` names
 /// others. `naptime` and `naptime-unthrottled` change the server's
@@ -114,8 +158,19 @@ impl Scale {
             claim_time: Duration::from_secs(8),
             explain_warmup: 6,
             explain_runs: 5,
-            loop_time: Duration::from_secs(20),
-            loop_groups: vec![(8, 1), (8, 10)],
+            loop_time: Duration::from_secs(12),
+            loop_groups: vec![(8, 1), (8, 10), (8, 100)],
+            loop_commits: vec![Commit::On, Commit::Off],
+            loop_cands: candidates::LOOP_CANDS.to_vec(),
+            burn_backlog: 100_000,
+            burn_slice: Duration::from_secs(10),
+            burn_cap: Duration::from_secs(40),
+            held_before: Duration::from_secs(10),
+            held_hold: Duration::from_secs(120),
+            held_after: Duration::from_secs(30),
+            held_sample: Duration::from_secs(10),
+            held_rate: 800.0,
+            held_clients: 8,
             churn_time: Duration::from_secs(300),
             churn_window: Duration::from_secs(60),
             churn_backlog: 1_000_000,
@@ -124,6 +179,8 @@ impl Scale {
             churn_variants: DEFAULT_CHURN_VARIANTS.map(str::to_owned).to_vec(),
             vs_sizes: vec![100_000, 1_000_000],
             vs_cell_time: Duration::from_secs(2),
+            vs_rounds: 3,
+            cands: candidates::CANDS.to_vec(),
             parts: DEFAULT_PARTS.to_vec(),
         };
         match name {
@@ -143,6 +200,14 @@ impl Scale {
                 churn_window: Duration::from_secs(10),
                 churn_backlog: 20_000,
                 churn_sample: Duration::from_secs(5),
+                burn_backlog: 10_000,
+                burn_slice: Duration::from_secs(1),
+                burn_cap: Duration::from_secs(3),
+                held_before: Duration::from_secs(2),
+                held_hold: Duration::from_secs(10),
+                held_after: Duration::from_secs(4),
+                held_sample: Duration::from_secs(2),
+                held_rate: 400.0,
                 ..full
             },
             "tiny" => Scale {
@@ -162,7 +227,20 @@ impl Scale {
                 churn_sample: Duration::from_secs(1),
                 vs_sizes: vec![5_000],
                 vs_cell_time: Duration::from_secs(1),
+                vs_rounds: 1,
                 parts: ALL_PARTS.to_vec(),
+                loop_groups: vec![(2, 1), (2, 100)],
+                loop_commits: vec![Commit::Off],
+                loop_cands: vec![candidates::LOOP_CANDS[0]],
+                burn_backlog: 300,
+                burn_slice: Duration::from_secs(1),
+                burn_cap: Duration::from_secs(1),
+                held_before: Duration::from_secs(1),
+                held_hold: Duration::from_secs(2),
+                held_after: Duration::from_secs(1),
+                held_sample: Duration::from_secs(1),
+                held_rate: 100.0,
+                held_clients: 2,
                 ..full
             },
             other => panic!("ALKSTORE_BENCH_SCALE must be tiny, quick or full, not {other:?}"),
@@ -214,6 +292,34 @@ impl Scale {
                 .collect();
             scale.name.push_str(", loop groups overridden");
         }
+        if let Some(cands) = env_cands("ALKSTORE_BENCH_LOOP_CANDS") {
+            scale.loop_cands = cands;
+            scale.name.push_str(", loop candidates overridden");
+        }
+        if let Some(cands) = env_cands("ALKSTORE_BENCH_CANDS") {
+            scale.cands = cands;
+            scale.name.push_str(", candidates overridden");
+        }
+        if let Some(rounds) = harness::bench::env_number("ALKSTORE_BENCH_VS_ROUNDS") {
+            scale.vs_rounds = (rounds as u64).max(1);
+            scale.name.push_str(", rounds overridden");
+        }
+        if let Some(backlog) = harness::bench::env_number("ALKSTORE_BENCH_BURN_BACKLOG") {
+            scale.burn_backlog = backlog as u64;
+            scale.name.push_str(", burn-down backlog overridden");
+        }
+        if let Some(secs) = env_secs("ALKSTORE_BENCH_BURN_SECS") {
+            scale.burn_cap = secs;
+            scale.name.push_str(", burn-down time overridden");
+        }
+        if let Some(secs) = env_secs("ALKSTORE_BENCH_HELD_SECS") {
+            scale.held_hold = secs;
+            scale.name.push_str(", hold overridden");
+        }
+        if let Some(rate) = harness::bench::env_number("ALKSTORE_BENCH_HELD_RATE") {
+            scale.held_rate = rate;
+            scale.name.push_str(", held-snapshot rate overridden");
+        }
         if let Ok(variants) = std::env::var("ALKSTORE_BENCH_CHURN_VARIANTS") {
             scale.churn_variants = variants.split(',').map(|v| v.trim().to_owned()).collect();
             scale.name.push_str(", churn variants overridden");
@@ -248,6 +354,27 @@ impl Scale {
         }
         scale
     }
+}
+
+/// Candidates named by their slugs, comma-separated (`none`: none).
+fn env_cands(var: &str) -> Option<Vec<Cand>> {
+    let value = std::env::var(var).ok()?;
+    if value.trim() == "none" {
+        return Some(Vec::new());
+    }
+    Some(
+        value
+            .split(',')
+            .map(|c| {
+                Cand::from_slug(c.trim()).unwrap_or_else(|| {
+                    panic!(
+                        "{var}: {c:?} is none of {:?} (or none)",
+                        candidates::CANDS.map(Cand::slug)
+                    )
+                })
+            })
+            .collect(),
+    )
 }
 
 pub fn env_secs(var: &str) -> Option<Duration> {
@@ -354,7 +481,11 @@ async fn run(scale: Scale) {
         Ok(other) => panic!("ALKSTORE_BENCH_PEERS must be skip or unset, not {other:?}"),
     };
     let runs = |part: &str| scale.parts.contains(&part);
-    let peers = if peers_wanted && (runs("versus") || runs("loops") || runs("wakeups")) {
+    let peers = if peers_wanted
+        && ["versus", "loops", "burndown", "held", "wakeups"]
+            .iter()
+            .any(|part| runs(part))
+    {
         progress(&format!(
             "peers: installing {} and {} under target/",
             peers::PGBOSS_SPEC,
@@ -365,68 +496,104 @@ async fn run(scale: Scale) {
         None
     };
 
-    let mut report = Report::default();
-    let measured_claims = if runs("claims") || runs("rejected") {
-        Some(claims::run(&mut admin, &scale, runs("claims"), runs("rejected")).await)
-    } else {
-        None
-    };
-    let measured_versus = if runs("versus") {
-        Some(versus::run_claims(&mut admin, &scale, peers.as_ref()).await)
-    } else {
-        None
-    };
-    let measured_loops = if runs("loops") {
-        Some(versus::run_loops(&mut admin, &scale, peers.as_ref()).await)
-    } else {
-        None
-    };
-    let measured_churn = if runs("churn") {
-        Some(churn::run(&mut admin, &scale).await)
-    } else {
-        None
-    };
-    let measured_wakeups = if runs("wakeups") {
-        Some(wakeups::run(&mut admin, &scale, peers.as_ref()).await)
-    } else {
-        None
-    };
-    durable.reset(&admin).await;
-    let load_after = load_average();
-
-    // ---- The report.
-    report.para(&format!(
-        "PostgreSQL {version}, {} scale, one run. {}. Load average (1, 5, 15 min) {load_before} \
-         at the start, {load_after} at the end, on {} cores.{}",
-        scale.name,
-        durable.describe(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        peers.as_ref().map_or(
-            " pg-boss and graphile-worker left out.".to_owned(),
-            |p| format!(
-                " pg-boss {} and graphile-worker {} on Node {}.",
-                p.pgboss_version, p.graphile_version, p.node_version
+    let mut measured = Measured::default();
+    let header = |load_after: &str| {
+        format!(
+            "PostgreSQL {version}, {} scale, one run. {}. Load average (1, 5, 15 min) \
+             {load_before} at the start, {load_after} at the end, on {} cores.{}",
+            scale.name,
+            durable.describe(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            peers.as_ref().map_or(
+                " pg-boss and graphile-worker left out.".to_owned(),
+                |p| format!(
+                    " pg-boss {} and graphile-worker {} on Node {}.",
+                    p.pgboss_version, p.graphile_version, p.node_version
+                )
             )
         )
-    ));
+    };
+    // After each part, what is measured so far is written out, so a run
+    // that dies later keeps it.
+    let partial = |measured: &Measured| {
+        let text = format!(
+            "(partial: the run is still going) {}",
+            header(&load_average())
+        );
+        measured.report(&text, &scale).write();
+    };
+    if runs("claims") || runs("rejected") {
+        measured.claims =
+            Some(claims::run(&mut admin, &scale, runs("claims"), runs("rejected")).await);
+        partial(&measured);
+    }
+    if runs("versus") {
+        measured.versus = Some(versus::run_claims(&mut admin, &scale, peers.as_ref()).await);
+        partial(&measured);
+    }
+    if runs("loops") {
+        let steady = loops::run_steady(&mut admin, &scale, peers.as_ref()).await;
+        measured.loops.extend(steady);
+        partial(&measured);
+    }
+    if runs("burndown") {
+        let burn = loops::run_burn_down(&mut admin, &scale, peers.as_ref()).await;
+        measured.loops.extend(burn);
+        partial(&measured);
+    }
+    if runs("held") {
+        measured.held = Some(held::run(&mut admin, &scale, peers.as_ref()).await);
+        partial(&measured);
+    }
+    if runs("churn") {
+        measured.churn = Some(churn::run(&mut admin, &scale).await);
+        partial(&measured);
+    }
+    if runs("wakeups") {
+        measured.wakeups = Some(wakeups::run(&mut admin, &scale, peers.as_ref()).await);
+    }
+    durable.reset(&admin).await;
+    measured
+        .report(&header(&load_average()), &scale)
+        .finish("Hot paths: measured figures");
+}
 
-    if let Some(measured) = &measured_claims {
-        claims::report(&mut report, measured, &scale);
-    }
-    if let Some(measured) = &measured_versus {
-        versus::report_claims(&mut report, measured, &scale);
-    }
-    if let Some(measured) = &measured_loops {
-        versus::report_loops(&mut report, measured);
-    }
-    if let Some(measured) = &measured_churn {
-        churn::report(&mut report, measured, &scale);
-    }
-    if let Some(measured) = &measured_wakeups {
-        wakeups::report(&mut report, measured);
-    }
+/// What a run measured, part by part.
+#[derive(Default)]
+struct Measured {
+    claims: Option<claims::Measured>,
+    versus: Option<Vec<versus::VsClaim>>,
+    loops: Vec<loops::LoopResult>,
+    held: Option<Vec<held::HeldResult>>,
+    churn: Option<Vec<churn::ChurnResult>>,
+    wakeups: Option<wakeups::Measured>,
+}
 
-    report.finish("Hot paths: measured figures");
+impl Measured {
+    /// The report of what is measured, under `header`.
+    fn report(&self, header: &str, scale: &Scale) -> Report {
+        let mut report = Report::default();
+        report.para(header);
+        if let Some(measured) = &self.claims {
+            claims::report(&mut report, measured, scale);
+        }
+        if let Some(measured) = &self.versus {
+            versus::report_claims(&mut report, measured, scale);
+        }
+        if !self.loops.is_empty() {
+            loops::report_loops(&mut report, &self.loops, scale);
+        }
+        if let Some(measured) = &self.held {
+            held::report(&mut report, measured, scale);
+        }
+        if let Some(measured) = &self.churn {
+            churn::report(&mut report, measured, scale);
+        }
+        if let Some(measured) = &self.wakeups {
+            wakeups::report(&mut report, measured);
+        }
+        report
+    }
 }
 
 /// The server's durability for the run: `fsync` and `full_page_writes` on

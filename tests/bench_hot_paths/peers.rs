@@ -6,9 +6,11 @@
 //! and `createQueue` through its API; graphile-worker: its `runMigrations`),
 //! and its SQL is taken from the installed package at run time: a small
 //! driver script, written next to the packages, makes the calls an
-//! application makes (pg-boss: `send`, `fetch`, `complete`, `insert`;
-//! graphile-worker: `addJob`, `addJobs` and the worker's own `batchGetJobs`
-//! and `batchCompleteJobs`) through a recording database handle and prints
+//! application makes (pg-boss: `send`, `insert`, `fetch` with `batchSize`
+//! 1, 10 and 100, `complete` of many ids; graphile-worker: `addJob`,
+//! `addJobs` and the worker's own `batchGetJobs` of 1, 10 and 100 and
+//! `batchCompleteJobs`, its batched modes) through a recording database
+//! handle and prints
 //! every statement they sent with its values. The benchmark then prepares
 //! those statements and sends them through the same Rust driver
 //! (tokio-postgres) as alkstore's, binding the values those calls bind.
@@ -38,7 +40,8 @@ const SETUP_HINT: &str = "install Node.js and npm (apt-get install nodejs npm)";
 /// queue, then records what its API sends.
 const BOSS_JS: &str = r#"// Written and run by alkstore's hot-path benchmark (tests/bench_hot_paths/peers.rs):
 // creates pg-boss's schema and one queue through its API, then records the SQL
-// (and values) its API sends for send, fetch, complete, insert.
+// (and values) its API sends for send, fetch, complete, insert (fetch with
+// batchSize 1, 10 and 100: the batch size is written into the SQL).
 import { PgBoss } from 'pg-boss'
 import pg from 'pg'
 import { readFileSync } from 'node:fs'
@@ -59,10 +62,13 @@ try {
   const insert = await cap(() => boss.insert(q, Array.from({ length: 10 }, (_, k) => ({ data: { n: k } }))))
   const fetch10 = await cap(() => boss.fetch(q, { batchSize: 10 }))
   const complete10 = await cap(() => boss.complete(q, fetch10.r.map(j => j.id)))
+  await boss.insert(q, Array.from({ length: 100 }, (_, k) => ({ data: { n: k } })))
+  const fetch100 = await cap(() => boss.fetch(q, { batchSize: 100 }))
+  const complete100 = await cap(() => boss.complete(q, fetch100.r.map(j => j.id)))
   await boss.stop({ graceful: false, wait: true })
   await pool.end()
   const version = JSON.parse(readFileSync(new URL('./node_modules/pg-boss/package.json', import.meta.url))).version
-  const out = { version, send: send.calls, fetch1: fetch1.calls, complete1: complete1.calls, insert: insert.calls, fetch10: fetch10.calls, complete10: complete10.calls, got: [fetch1.r.length, fetch10.r.length] }
+  const out = { version, send: send.calls, fetch1: fetch1.calls, complete1: complete1.calls, insert: insert.calls, fetch10: fetch10.calls, complete10: complete10.calls, fetch100: fetch100.calls, complete100: complete100.calls, got: [fetch1.r.length, fetch10.r.length, fetch100.r.length] }
   process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(process.exitCode || 0))
 } catch (e) { console.error(e); process.exit(1) }
 "#;
@@ -72,7 +78,8 @@ try {
 const GRAPHILE_JS: &str = r#"'use strict'
 // Written and run by alkstore's hot-path benchmark (tests/bench_hot_paths/peers.rs):
 // runs graphile-worker's migrations, then records the SQL (and values) of
-// addJob, addJobs and the worker's batchGetJobs / batchCompleteJobs.
+// addJob, addJobs and the worker's batchGetJobs / batchCompleteJobs (the
+// batched get and completion of its local queue: 1, 10 and 100 jobs).
 const { runMigrations } = require('graphile-worker')
 const { processSharedOptions } = require('graphile-worker/dist/lib')
 const { batchGetJobs } = require('graphile-worker/dist/sql/getJobs')
@@ -108,9 +115,12 @@ async function main () {
   const add10 = await cap(() => makeAddJobs(cso, withPgClient)(Array.from({ length: 10 }, (_, k) => ({ identifier: arg.task, payload: { n: k } }))))
   const get10 = await cap(() => batchGetJobs(cso, withPgClient, tasks, arg.pool, [], 10))
   const complete10 = await cap(() => batchCompleteJobs(cso, withPgClient, arg.pool, get10.r))
+  await makeAddJobs(cso, withPgClient)(Array.from({ length: 100 }, (_, k) => ({ identifier: arg.task, payload: { n: k } })))
+  const get100 = await cap(() => batchGetJobs(cso, withPgClient, tasks, arg.pool, [], 100))
+  const complete100 = await cap(() => batchCompleteJobs(cso, withPgClient, arg.pool, get100.r))
   client.release()
   await pool.end()
-  return { version: require('graphile-worker/package.json').version, add1: add1.calls, get1: get1.calls, complete1: complete1.calls, add10: add10.calls, get10: get10.calls, complete10: complete10.calls, got: [get1.r.length, get10.r.length] }
+  return { version: require('graphile-worker/package.json').version, add1: add1.calls, get1: get1.calls, complete1: complete1.calls, add10: add10.calls, get10: get10.calls, complete10: complete10.calls, get100: get100.calls, complete100: complete100.calls, got: [get1.r.length, get10.r.length, get100.r.length] }
 }
 main().then(
   o => process.stdout.write(JSON.stringify(o) + '\n', () => process.exit(0)),
@@ -143,6 +153,8 @@ pub struct BossCalls {
     pub insert: Vec<Call>,
     pub fetch10: Vec<Call>,
     pub complete10: Vec<Call>,
+    pub fetch100: Vec<Call>,
+    pub complete100: Vec<Call>,
     pub got: Vec<u64>,
 }
 
@@ -156,6 +168,8 @@ pub struct GraphileCalls {
     pub add10: Vec<Call>,
     pub get10: Vec<Call>,
     pub complete10: Vec<Call>,
+    pub get100: Vec<Call>,
+    pub complete100: Vec<Call>,
     pub got: Vec<u64>,
 }
 
@@ -170,9 +184,11 @@ pub struct BossSql {
     pub send: Call,
     /// `insert()`: `$1` a JSON array of jobs.
     pub insert: Call,
-    /// `fetch()` with `batchSize` 1 and 10 (the batch size is in the text).
+    /// `fetch()` with `batchSize` 1, 10 and 100 (the batch size is in the
+    /// text).
     pub fetch1: Call,
     pub fetch10: Call,
+    pub fetch100: Call,
     /// `complete()`: `$1` queue, `$2` uuid[], `$3` output.
     pub complete: Call,
 }
@@ -185,9 +201,11 @@ pub struct GraphileSql {
     pub add1: Call,
     /// `addJobs`: `$1` a JSON array of job specs, `$2` job_key_preserve_run_at.
     pub add10: Call,
-    /// The worker's `batchGetJobs` with 1 and 10 (`$1` worker, `$2` task ids).
+    /// The worker's `batchGetJobs` with 1, 10 and 100 (`$1` worker, `$2`
+    /// task ids; the count is in the text).
     pub get1: Call,
     pub get10: Call,
+    pub get100: Call,
     /// `batchCompleteJobs` of one job (`$1` id) and of several (`$1` bigint[]).
     pub complete1: Call,
     pub complete10: Call,
@@ -360,9 +378,9 @@ impl Peers {
                 json!({ "connection": connection(), "schema": schema, "queue": queue }),
             )
             .await?;
-        if calls.got != [1, 10] {
+        if calls.got != [1, 10, 100] {
             return Err(format!(
-                "pg-boss's fetch returned {:?} jobs after sending 1 and 10",
+                "pg-boss's fetch returned {:?} jobs after sending 1, 10 and 100",
                 calls.got
             ));
         }
@@ -377,10 +395,21 @@ impl Peers {
             insert: one(calls.insert, "pg-boss insert()")?,
             fetch1: one(calls.fetch1, "pg-boss fetch()")?,
             fetch10: one(calls.fetch10, "pg-boss fetch(batchSize 10)")?,
+            fetch100: one(calls.fetch100, "pg-boss fetch(batchSize 100)")?,
             complete: one(calls.complete1, "pg-boss complete()")?,
         })
         .and_then(|sql| {
-            one(calls.complete10, "pg-boss complete() of 10")?;
+            // One statement for any number of ids, the one replayed.
+            for (calls, what) in [
+                (calls.complete10, "pg-boss complete() of 10"),
+                (calls.complete100, "pg-boss complete() of 100"),
+            ] {
+                if one(calls, what)?.text != sql.complete.text {
+                    return Err(format!(
+                        "{what} sent another statement than complete() of one"
+                    ));
+                }
+            }
             Ok(sql)
         })
     }
@@ -399,9 +428,9 @@ impl Peers {
                 }),
             )
             .await?;
-        if calls.got != [1, 10] {
+        if calls.got != [1, 10, 100] {
             return Err(format!(
-                "graphile-worker's get returned {:?} jobs after adding 1 and 10",
+                "graphile-worker's get returned {:?} jobs after adding 1, 10 and 100",
                 calls.got
             ));
         }
@@ -421,9 +450,19 @@ impl Peers {
             add10: one(calls.add10, "graphile-worker addJobs")?,
             get1,
             get10: one(calls.get10, "graphile-worker batchGetJobs(10)")?,
+            get100: one(calls.get100, "graphile-worker batchGetJobs(100)")?,
             complete1: one(calls.complete1, "graphile-worker batchCompleteJobs(1)")?,
             complete10: one(calls.complete10, "graphile-worker batchCompleteJobs(10)")?,
             task_ids,
+        })
+        .and_then(|sql| {
+            let complete100 = one(calls.complete100, "graphile-worker batchCompleteJobs(100)")?;
+            if complete100.text != sql.complete10.text {
+                return Err(
+                    "graphile-worker completes 100 jobs with another statement than 10".to_owned(),
+                );
+            }
+            Ok(sql)
         })
     }
 }

@@ -128,9 +128,17 @@ impl Param {
 pub enum Stmt {
     /// A product statement, bound by the product's binder, as it is.
     Product(schema_gen::statements::Statement),
-    /// SQL the benchmark sends for the peer and the rejected designs; the
-    /// server infers its parameters' types.
-    Raw { sql: String, params: Vec<Param> },
+    /// SQL the benchmark sends for the peers, the floor, the candidates and
+    /// the rejected designs; with `types` empty the server infers its
+    /// parameters' types.
+    Raw {
+        sql: String,
+        params: Vec<Param>,
+        types: Vec<Type>,
+    },
+    /// A statement without parameters or rows that EXPLAIN cannot take
+    /// (`BEGIN`, `SET LOCAL ...`, `COMMIT`): sent as it is.
+    Utility(&'static str),
 }
 
 impl Stmt {
@@ -138,6 +146,18 @@ impl Stmt {
         Stmt::Raw {
             sql: sql.into(),
             params,
+            types: Vec::new(),
+        }
+    }
+
+    /// SQL with its parameters' types given, as an engine's statement is
+    /// prepared (and as an unnamed statement must be sent).
+    pub fn typed(sql: impl Into<String>, params: Vec<(Param, Type)>) -> Self {
+        let (params, types) = params.into_iter().unzip();
+        Stmt::Raw {
+            sql: sql.into(),
+            params,
+            types,
         }
     }
 
@@ -145,6 +165,7 @@ impl Stmt {
         match self {
             Stmt::Product(statement) => statement.sql(),
             Stmt::Raw { sql, .. } => sql,
+            Stmt::Utility(sql) => sql,
         }
     }
 
@@ -152,7 +173,8 @@ impl Stmt {
     pub fn types(&self) -> Vec<Type> {
         match self {
             Stmt::Product(statement) => statement.param_types(),
-            Stmt::Raw { .. } => Vec::new(),
+            Stmt::Raw { types, .. } => types.clone(),
+            Stmt::Utility(_) => Vec::new(),
         }
     }
 
@@ -160,6 +182,7 @@ impl Stmt {
         match self {
             Stmt::Product(statement) => statement.args(),
             Stmt::Raw { params, .. } => params.iter().map(|p| p as &(dyn ToSql + Sync)).collect(),
+            Stmt::Utility(_) => Vec::new(),
         }
     }
 
@@ -170,7 +193,53 @@ impl Stmt {
         match self {
             Stmt::Product(statement) => harness::explain::literals(statement),
             Stmt::Raw { params, .. } => params.iter().map(Param::literal).collect(),
+            Stmt::Utility(_) => Vec::new(),
         }
+    }
+
+    /// Runs this statement once as an unnamed statement (Parse, Bind,
+    /// Execute in one round trip, parsed and planned afresh every time), as
+    /// a session behind pgbouncer's transaction pooling must.
+    async fn query_unnamed(&self, client: &Client) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let types = self.types();
+        let args = self.args();
+        assert!(
+            types.len() == args.len(),
+            "an unnamed statement needs its parameters' types: {}",
+            self.sql()
+        );
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = args.into_iter().zip(types).collect();
+        client.query_typed(self.sql(), &typed).await
+    }
+}
+
+/// The statements of one claim, pipelined, and which of them returns the
+/// claimed jobs.
+#[derive(Debug, Clone)]
+pub struct ClaimPath {
+    pub stmts: Vec<Stmt>,
+    /// The index in `stmts` of the statement whose rows are the claimed jobs.
+    pub claim: usize,
+}
+
+impl ClaimPath {
+    /// A path whose last statement claims.
+    pub fn last(stmts: Vec<Stmt>) -> Self {
+        let claim = stmts.len().saturating_sub(1);
+        Self { stmts, claim }
+    }
+
+    /// The claimed rows among the path's results.
+    pub fn claimed<'a>(&self, rows: &'a [Vec<Row>]) -> &'a [Row] {
+        rows.get(self.claim).map_or(&[][..], Vec::as_slice)
+    }
+
+    /// Statements that do work (`BEGIN`, `SET LOCAL`, `COMMIT` not counted).
+    pub fn statements(&self) -> usize {
+        self.stmts
+            .iter()
+            .filter(|s| !matches!(s, Stmt::Utility(_)))
+            .count()
     }
 }
 
@@ -181,11 +250,14 @@ impl From<schema_gen::statements::Statement> for Stmt {
 }
 
 /// A connection with its prepared statements, keyed by SQL text: every
-/// statement is parsed and planned once per connection, as an engine with a
-/// statement cache does.
+/// statement is parsed once per connection, as an engine with a statement
+/// cache does; or, [`unnamed`](Conn::unnamed), a connection that prepares
+/// nothing and sends every statement unnamed, as behind pgbouncer's
+/// transaction pooling.
 pub struct Conn {
     pub client: Client,
     prepared: HashMap<String, Statement>,
+    unnamed: bool,
 }
 
 impl Conn {
@@ -193,7 +265,15 @@ impl Conn {
         Self {
             client: harness::connect().await,
             prepared: HashMap::new(),
+            unnamed: false,
         }
+    }
+
+    /// From now on every statement is sent unnamed (parsed and planned on
+    /// every execution; nothing is prepared).
+    pub fn unnamed(mut self) -> Self {
+        self.unnamed = true;
+        self
     }
 
     /// A connection with `synchronous_commit` set for the session.
@@ -217,12 +297,19 @@ impl Conn {
     }
 
     pub async fn query(&mut self, stmt: &Stmt) -> Result<Vec<Row>, tokio_postgres::Error> {
+        if self.unnamed {
+            return stmt.query_unnamed(&self.client).await;
+        }
         let prepared = self.prepared(stmt).await?;
         self.client.query(&prepared, &stmt.args()).await
     }
 
-    /// Prepares every statement not yet prepared on this connection.
+    /// Prepares every statement not yet prepared on this connection (none
+    /// on an unnamed connection).
     pub async fn prepare_all(&mut self, stmts: &[Stmt]) -> Result<(), tokio_postgres::Error> {
+        if self.unnamed {
+            return Ok(());
+        }
         for stmt in stmts {
             self.prepared(stmt).await?;
         }
@@ -236,6 +323,13 @@ impl Conn {
         &mut self,
         stmts: &[Stmt],
     ) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
+        if self.unnamed {
+            let client = &self.client;
+            return futures_util::future::try_join_all(
+                stmts.iter().map(|stmt| stmt.query_unnamed(client)),
+            )
+            .await;
+        }
         let mut prepared = Vec::with_capacity(stmts.len());
         for stmt in stmts {
             prepared.push(self.prepared(stmt).await?);
@@ -292,6 +386,12 @@ pub trait Worker: Send + 'static {
     /// Runs one step; returns the number of jobs it completed (0 when it found
     /// nothing to claim).
     fn step(&mut self) -> impl Future<Output = Result<u64, String>> + Send;
+
+    /// Whether this worker has nothing more to do (a drained backlog): its
+    /// client stops before the run's limit.
+    fn finished(&self) -> bool {
+        false
+    }
 }
 
 /// What a run did.
@@ -325,7 +425,7 @@ pub async fn run<W: Worker>(workers: Vec<W>, limit: Limit) -> Run<W> {
             start.wait().await;
             let deadline = Instant::now() + limit.time;
             let (mut jobs, mut steps, mut empty) = (0, 0, 0);
-            while steps < limit.steps && Instant::now() < deadline {
+            while steps < limit.steps && Instant::now() < deadline && !worker.finished() {
                 let done = worker
                     .step()
                     .await

@@ -14,7 +14,7 @@ pub const LABEL: &str = "(b) product: ready/scheduled split";
 
 /// Jobs one promotion makes ready at most, per job claimed: the statement's
 /// docs advise a limit well above the claim's batch, so promotion keeps ahead.
-const PROMOTE_PER_CLAIMED: u32 = 10;
+pub const PROMOTE_PER_CLAIMED: u32 = 10;
 
 /// Creates the product's schema as the engine does at open.
 pub async fn create(admin: &mut tokio_postgres::Client, schema: &SchemaName) {
@@ -39,23 +39,33 @@ pub fn claim_path(
     worker: &str,
     limit: i64,
 ) -> Vec<Stmt> {
-    let limit = u32::try_from(limit).unwrap_or(u32::MAX);
     CLAIM_PATH
         .iter()
         .map(|step| match *step {
-            "promote" => jobs::promote(
-                schema,
-                queue,
-                now,
-                limit.saturating_mul(PROMOTE_PER_CLAIMED),
-            ),
-            "claim" => jobs::claim(schema, queue, worker, now, limit),
+            "promote" => promote(schema, queue, now, limit),
+            "claim" => claim(schema, queue, now, worker, limit),
             other => {
                 panic!("the product's claim path has a step the benchmark does not know: {other}")
             }
         })
-        .map(Stmt::from)
         .collect()
+}
+
+/// The product's promote ahead of a claim of up to `limit` jobs.
+pub fn promote(schema: &SchemaName, queue: &str, now: i64, limit: i64) -> Stmt {
+    let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+    Stmt::from(jobs::promote(
+        schema,
+        queue,
+        now,
+        limit.saturating_mul(PROMOTE_PER_CLAIMED),
+    ))
+}
+
+/// The product's claim of up to `limit` jobs.
+pub fn claim(schema: &SchemaName, queue: &str, now: i64, worker: &str, limit: i64) -> Stmt {
+    let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+    Stmt::from(jobs::claim(schema, queue, worker, now, limit))
 }
 
 /// The names of the claim path's statements, for the report.

@@ -103,10 +103,20 @@ impl Report {
     pub fn finish(&self, title: &str) {
         let text = self.render(title);
         println!("\n{text}");
-        let path = crate::workspace_target().join("bench-hot-paths.md");
-        match std::fs::write(&path, &text) {
-            Ok(()) => eprintln!("report written to {}", path.display()),
-            Err(e) => eprintln!("could not write {}: {e}", path.display()),
-        }
+        write_out(&text, true);
+    }
+
+    /// Writes the report so far to `target/bench-hot-paths.md`, quietly.
+    pub fn write(&self) {
+        write_out(&self.render("Hot paths: measured figures (partial)"), false);
+    }
+}
+
+fn write_out(text: &str, say: bool) {
+    let path = crate::workspace_target().join("bench-hot-paths.md");
+    match std::fs::write(&path, text) {
+        Ok(()) if say => eprintln!("report written to {}", path.display()),
+        Ok(()) => {}
+        Err(e) => eprintln!("could not write {}: {e}", path.display()),
     }
 }

@@ -6,7 +6,7 @@
 //! bodies share.
 
 use sea_query::{
-    Alias, ArrayType, Expr, ExprTrait, IdenStatic, IntoIden, Keyword, QueryBuilder,
+    Alias, ArrayType, Expr, ExprTrait, IdenStatic, IntoIden, Keyword, Query, QueryBuilder,
     SelectStatement, Value,
 };
 use sea_query_postgres::{PostgresBinder, PostgresValue, PostgresValues};
@@ -153,6 +153,19 @@ impl Binder {
         });
     }
 
+    /// The limit of a pick whose plan the server's plan cache must keep:
+    /// `(SELECT CAST($n AS bigint))`, hidden from the planner like
+    /// [`hidden`]; written by [`any_of_picked`] (sea-query binds a `LIMIT`
+    /// only as a value, which the planner reads).
+    pub(crate) fn hidden_limit(&mut self, limit: u32) -> Expr {
+        debug_assert!(
+            !self.params.iter().any(|p| p.name == "limit"),
+            "a statement has one limit"
+        );
+        let value = self.bind("limit", SqlType::BigInt, u64::from(limit).into());
+        hidden(value, SqlType::BigInt)
+    }
+
     /// Whether this pass renders the text with marks instead of values (a
     /// body must not look: the tests prove the check of [`build`] catches
     /// one that does).
@@ -286,6 +299,43 @@ pub(crate) fn any_of<C: TableModel>(column: C, select: SelectStatement) -> Expr 
             Expr::col(column),
             Expr::SubQuery(None, Box::new(select.into())),
         ],
+    )
+}
+
+/// `column = ANY(ARRAY((<select>) LIMIT <limit> FOR UPDATE SKIP LOCKED))`:
+/// [`any_of`] for a pick of at most `limit` rows (a [`Binder::hidden_limit`])
+/// that skips the rows other sessions hold. PostgreSQL's grammar merges the
+/// `LIMIT` and the locking clause into the parenthesised select: the same
+/// query as writing them inside it, which sea-query cannot do with a limit
+/// that is an expression. `select` has neither.
+pub(crate) fn any_of_picked<C: TableModel>(
+    column: C,
+    select: SelectStatement,
+    limit: Expr,
+) -> Expr {
+    Expr::cust_with_exprs(
+        "$1 = ANY(ARRAY($2 LIMIT $3 FOR UPDATE SKIP LOCKED))",
+        [
+            Expr::col(column),
+            Expr::SubQuery(None, Box::new(select.into())),
+            limit,
+        ],
+    )
+}
+
+/// `(SELECT CAST(<expr> AS <type>))`: a value the planner never reads. A
+/// scalar sub-select is an InitPlan, evaluated at execution, so a custom
+/// plan knows no more of it than the generic plan does; their estimated
+/// costs are equal and the server's plan cache keeps the generic plan
+/// after its five custom ones, on a prepared statement whatever the data.
+/// For the hot paths' predicates and limits, whose generic plans the plan
+/// proofs check (a placeholder the planner can read makes every custom
+/// plan look cheaper than the generic one, so the cache replans on every
+/// execution).
+pub(crate) fn hidden(expr: Expr, sql_type: SqlType) -> Expr {
+    Expr::SubQuery(
+        None,
+        Box::new(Query::select().expr(cast(expr, sql_type)).take().into()),
     )
 }
 

@@ -33,7 +33,9 @@ pub enum StatementMode {
     /// Each statement is prepared once per physical connection as a named
     /// statement (`Parse` of its text, once), then every call sends only
     /// its values (`Bind`, `Execute`). The server plans it with its plan
-    /// cache. Behind a pooler in transaction pooling this breaks: the
+    /// cache: the claim path's statements keep one generic plan after five
+    /// calls per connection ([`jobs`](super::jobs), "The claim path is planned once").
+    /// Behind a pooler in transaction pooling this breaks: the
     /// connection's next transaction may run on a server connection where
     /// the name does not exist (`prepared statement "s5" does not exist`),
     /// or where another process prepared another statement under the same
@@ -47,8 +49,9 @@ pub enum StatementMode {
     /// correct on any connection, a pooler's included; outside a
     /// transaction a session sends one call at a time, and the claim path
     /// runs in a transaction (see [`Session`], "Behind a pooler"). The
-    /// price is that the server parses and plans every call (BENCHMARKS.md,
-    /// "Sessions on pools and poolers").
+    /// price is that the server parses and plans every call, the claim
+    /// path's included (BENCHMARKS.md, "Sessions on pools and poolers", and
+    /// "Hot paths").
     Unnamed,
 }
 

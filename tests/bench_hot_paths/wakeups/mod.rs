@@ -65,7 +65,7 @@ use crate::maintenance::{Maintainer, Policy};
 use crate::peers::{GraphileSql, Peers};
 use crate::pool::{self, Conn, Limit, Param, Stmt, Worker, db_error};
 use crate::report::{Report, Table};
-use crate::versus::{Kind, System, replay};
+use crate::systems::{Kind, System, replay};
 use crate::{Scale, exec, progress, ratio, times, unix_now};
 
 /// The queue of the measured jobs.

@@ -1,13 +1,13 @@
 //! The claim path ([`CLAIM_PATH`](crate::statements::CLAIM_PATH)): promote a queue's due jobs, then
 //! claim.
 
-use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_query::{Expr, ExprTrait, Order, Query};
 use sea_query_postgres::PostgresBinder;
 
-use schema_model::{Job, Jobs, SchemaName};
+use schema_model::{Job, Jobs, SchemaName, SqlType};
 
 use super::returning_job;
-use crate::statements::binder::{Binder, any_of, table};
+use crate::statements::binder::{Binder, any_of_picked, hidden, table};
 use crate::statements::define::{Build, statement};
 use crate::statements::{Rows, RowsAffected};
 
@@ -23,7 +23,9 @@ statement! {
     /// with more due jobs waiting than `limit`, the ones due earliest come
     /// first. Use a limit above the claim's batch (e.g. 10x) so promotion
     /// keeps ahead. Like [`claim`](super::claim), it skips held rows but can
-    /// meet PostgreSQL's one update-chain wait.
+    /// meet PostgreSQL's one update-chain wait. Its queue, `now` and limit
+    /// are hidden from the planner, so a prepared session plans it once
+    /// ([`jobs`](super), "The claim path is planned once").
     ///
     /// ```
     /// use schema_gen::statements::jobs;
@@ -33,9 +35,10 @@ statement! {
     /// assert_eq!(
     ///     s.sql(),
     ///     concat!(
-    ///         r#"UPDATE "alkstore"."jobs" SET "ready" = TRUE WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///         r#"WHERE "queue" = $1 AND (NOT "ready") AND "run_at" <= $2 ORDER BY "run_at" ASC "#,
-    ///         r#"LIMIT $3 FOR UPDATE SKIP LOCKED))"#,
+    ///         r#"UPDATE "alkstore"."jobs" SET "ready" = TRUE WHERE "id" = ANY(ARRAY((SELECT "id" FROM "alkstore"."jobs" "#,
+    ///         r#"WHERE "queue" = (SELECT CAST($1 AS text)) AND (NOT "ready") "#,
+    ///         r#"AND "run_at" <= (SELECT CAST($2 AS bigint)) ORDER BY "run_at" ASC) "#,
+    ///         r#"LIMIT (SELECT CAST($3 AS bigint)) FOR UPDATE SKIP LOCKED))"#,
     ///     )
     /// );
     /// assert_eq!(s.param_names(), ["queue", "now", "limit"]);
@@ -59,16 +62,15 @@ impl Build for Promote<'_> {
         let mut due = Query::select();
         due.column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).eq(b.col(Jobs::Queue, queue)))
+            .and_where(Expr::col(Jobs::Queue).eq(hidden(b.col(Jobs::Queue, queue), SqlType::Text)))
             .and_where(Expr::col(Jobs::Ready).not())
-            .and_where(Expr::col(Jobs::RunAt).lte(b.now(now)))
+            .and_where(Expr::col(Jobs::RunAt).lte(hidden(b.now(now), SqlType::BigInt)))
             .order_by(Jobs::RunAt, Order::Asc);
-        b.limit(&mut due, limit);
-        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        let limit = b.hidden_limit(limit);
         Query::update()
             .table(table::<Jobs>(schema))
             .value(Jobs::Ready, Expr::Constant(true.into()))
-            .and_where(any_of(Jobs::Id, due))
+            .and_where(any_of_picked(Jobs::Id, due, limit))
             .take()
     }
 }
@@ -97,6 +99,10 @@ statement! {
     /// version, and that step waits for whoever holds it (README, "skipping,
     /// and PostgreSQL's one wait"). Keep the engine's transactions short.
     ///
+    /// The queue, `now` in `run_at <= now` and the limit are hidden from the
+    /// planner, so a prepared session plans it once (module docs, "Planned
+    /// once").
+    ///
     /// ```
     /// use schema_gen::statements::jobs;
     /// use schema_model::SchemaName;
@@ -107,9 +113,11 @@ statement! {
     ///     concat!(
     ///         r#"UPDATE "alkstore"."jobs" SET "worker_id" = $1, "claimed_at" = $2, "#,
     ///         r#""claim_expires_at" = $2 + "visibility_timeout_s", "attempts" = "attempts" + 1 "#,
-    ///         r#"WHERE "id" = ANY(ARRAY (SELECT "id" FROM "alkstore"."jobs" "#,
-    ///         r#"WHERE "queue" = $3 AND "claimed_at" IS NULL AND "ready" AND "run_at" <= $2 "#,
-    ///         r#"ORDER BY "priority" DESC, "run_at" ASC, "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED)) "#,
+    ///         r#"WHERE "id" = ANY(ARRAY((SELECT "id" FROM "alkstore"."jobs" "#,
+    ///         r#"WHERE "queue" = (SELECT CAST($3 AS text)) AND "claimed_at" IS NULL AND "ready" "#,
+    ///         r#"AND "run_at" <= (SELECT CAST($2 AS bigint)) "#,
+    ///         r#"ORDER BY "priority" DESC, "run_at" ASC, "id" ASC) "#,
+    ///         r#"LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) "#,
     ///         r#"RETURNING "id", "queue", "payload", "priority", "run_at", "expires_at", "enqueued_at", "#,
     ///         r#""visibility_timeout_s", "max_attempts", "backoff_base_s", "dead_letter_retention_s", "#,
     ///         r#""attempts", "worker_id", "claimed_at", "claim_expires_at", "last_error""#,
@@ -146,15 +154,14 @@ impl Build for Claim<'_> {
         let mut next = Query::select();
         next.column(Jobs::Id)
             .from(table::<Jobs>(schema))
-            .and_where(Expr::col(Jobs::Queue).eq(b.col(Jobs::Queue, queue)))
+            .and_where(Expr::col(Jobs::Queue).eq(hidden(b.col(Jobs::Queue, queue), SqlType::Text)))
             .and_where(Expr::col(Jobs::ClaimedAt).is_null())
             .and_where(Expr::col(Jobs::Ready))
-            .and_where(Expr::col(Jobs::RunAt).lte(b.now(now)))
+            .and_where(Expr::col(Jobs::RunAt).lte(hidden(b.now(now), SqlType::BigInt)))
             .order_by(Jobs::Priority, Order::Desc)
             .order_by(Jobs::RunAt, Order::Asc)
             .order_by(Jobs::Id, Order::Asc);
-        b.limit(&mut next, limit);
-        next.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        let limit = b.hidden_limit(limit);
         Query::update()
             .table(table::<Jobs>(schema))
             .value(Jobs::WorkerId, worker)
@@ -164,7 +171,7 @@ impl Build for Claim<'_> {
                 Jobs::Attempts,
                 Expr::col(Jobs::Attempts).add(Expr::Constant(1_i32.into())),
             )
-            .and_where(any_of(Jobs::Id, next))
+            .and_where(any_of_picked(Jobs::Id, next, limit))
             .returning(returning_job())
             .take()
     }

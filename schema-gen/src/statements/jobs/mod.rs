@@ -3,6 +3,25 @@
 //! [`retry`], [`kill`]) and the sweeps ([`reap`], [`reap_exhausted`],
 //! [`expire`], and the maintenance step [`vacuum`]); the [`Job`] row
 //! mapping.
+//!
+//! # The claim path is planned once
+//!
+//! [`promote`] and [`claim`] hide every value the planner would estimate with (the
+//! queue, `now` in `run_at <= now`, the limit) in a scalar sub-select,
+//! `(SELECT CAST($n AS ...))`, evaluated at execution. A custom plan then
+//! knows no more than the generic plan, their estimated costs are equal, and
+//! the server's plan cache keeps the generic plan after its first five
+//! custom plans, on any data: a session that prepares its statements
+//! ([`StatementMode::Prepared`](crate::statements::StatementMode::Prepared):
+//! a direct connection or a pool's) plans the claim path five times per
+//! connection, not on every call (`tests/plan_cache.rs`). With plain
+//! placeholders the cache replanned every call: `LIMIT $n`, estimated as a
+//! tenth of the table, made every custom plan look cheaper, and planning
+//! was about half the claim path's time (BENCHMARKS.md). The generic plan
+//! is the one `tests/hot_paths.rs` proves bounded on the hostile mixes. In
+//! [`StatementMode::Unnamed`](crate::statements::StatementMode::Unnamed)
+//! the server plans every call whatever the text (it keeps no statement);
+//! the plan it builds is that same generic one.
 
 mod claim;
 mod enqueue;

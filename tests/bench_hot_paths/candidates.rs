@@ -1,0 +1,459 @@
+//! Candidate claim paths on the product's schema: hand-written, labelled
+//! alternatives to the product's claim path, measured beside it to find
+//! where the time goes and what to ship. Every candidate's SQL is written
+//! here and nowhere else (`plain_promote`, `plain_claim`, `narrow_claim`,
+//! `literal_limit_claim`, `ack_in_claim`); a candidate that uses the
+//! product's statements takes them from `product.rs`.
+//!
+//! The question most of them answered: the product's claim path spent
+//! about half its time planning, because the server's plan cache built a
+//! custom plan on every execution. A prepared statement gets a generic plan
+//! (built once, reused) only when the generic plan's estimated cost is
+//! below the average custom plan's plus a planning charge; `LIMIT $4`
+//! (estimated as 10% of the rows) and the parameters in the predicates
+//! (`run_at <= $2`: a third of the rows) made the generic estimate look far
+//! worse than the custom ones, which know the values, so the cache replanned
+//! for ever.
+//! - *before: plain placeholders*: the statements as the product wrote them
+//!   until it shipped the fix, kept to measure before and after in one run;
+//! - *literal LIMIT*: the peers' way (pg-boss and graphile-worker write the
+//!   batch size into the text): one statement text per batch size;
+//! - *the product* (shipped, was the *hidden* candidate): every parameter
+//!   the planner would estimate with sits in a scalar sub-select
+//!   (`(SELECT CAST($3 AS text))`, `LIMIT (SELECT ...)`), which the planner
+//!   never folds into a constant, custom plan or not: the custom plans know
+//!   nothing the generic plan does not, their costs are equal, and the cache
+//!   keeps the generic plan after its five custom ones, whatever the data;
+//! - `plan_cache_mode = force_generic_plan` for the session (the reference,
+//!   not shippable: it changes the plan of every statement the caller runs
+//!   on that connection and is lost under transaction pooling), and the
+//!   same as `SET LOCAL` inside `BEGIN ... COMMIT` around the path (it ends
+//!   with the transaction);
+//! - *unnamed*: the product's statements (and, before, the plain ones)
+//!   sent unnamed (`query_typed`: Parse, Bind, Execute each time), as a
+//!   session behind pgbouncer's transaction pooling must; the plan cache
+//!   cannot help there at all: every execution is parsed and planned;
+//! - *promote once a second*: the session pipelines `promote` before its
+//!   claim only when its last promote is a second old or more (a timer in
+//!   the engine, as River's scheduler and Oban's stager run theirs), so most
+//!   claims are one statement;
+//! - index work and row width: without `jobs_claim_expiry_idx` (one index
+//!   entry fewer per claim), `RETURNING id, payload, attempts`;
+//! - *ack in the next claim*: a worker acks the jobs it finished in the
+//!   statement that claims its next ones (`WITH acked AS (DELETE ...)
+//!   UPDATE ...`): one statement, one round trip and one commit per step
+//!   instead of two, as the floor's claim is its finish.
+//!
+//! Shapes that keep a generic plan must still plan well with the planner's
+//! defaults: the claim's `id = ANY(ARRAY(...))` does (the pkey, one probe
+//! per claimed id); the peers' `WITH next AS (...) UPDATE ... FROM next`
+//! does not: with its limit hidden (estimated at 10% of the rows) its
+//! generic plan is a merge join over the whole pkey (measured here: 1.4 to
+//! 360 ms per claim at 1M jobs).
+
+use std::time::{Duration, Instant};
+
+use schema_model::SchemaName;
+use tokio_postgres::types::Type;
+
+use crate::pool::{ClaimPath, Param, Stmt};
+use crate::product;
+
+/// A candidate claim path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cand {
+    /// The product's statements on sessions with `SET plan_cache_mode =
+    /// force_generic_plan`: what planning costs the claim path (the bound
+    /// of what a generic plan saves; not shippable).
+    SessionGeneric,
+    /// The product's statements inside `BEGIN; SET LOCAL plan_cache_mode =
+    /// force_generic_plan; ...; COMMIT`, all pipelined: a generic plan
+    /// without a setting that outlives the claim.
+    LocalGeneric,
+    /// The product's promote, and its claim with the batch size written as
+    /// a literal `LIMIT` (one statement text per batch size).
+    LiteralLimit,
+    /// Before: promote and claim as the product wrote them until it hid
+    /// their estimated parameters (plain `$n`, `LIMIT $n`): the plan cache
+    /// builds a custom plan on every call.
+    Plain,
+    /// The product's statements, promote pipelined at most once a second
+    /// per session.
+    PromoteEvery,
+    /// The product's promote, its claim returning only `id, payload,
+    /// attempts`.
+    Narrow,
+    /// The product's statements on a copy of `jobs` without
+    /// `jobs_claim_expiry_idx`.
+    NoExpiryIndex,
+    /// The product's statements sent unnamed (`query_typed`).
+    Unnamed,
+    /// [`Cand::Plain`] sent unnamed (before, behind a pooler).
+    PlainUnnamed,
+    /// [`Cand::PromoteEvery`] sent unnamed.
+    PromoteEveryUnnamed,
+    /// [`Cand::PromoteEvery`], the jobs a worker finished acked in the
+    /// statement that claims its next ones.
+    AckInClaim,
+    /// `SELECT 1`: one round trip and nothing else.
+    RoundTrip,
+}
+
+/// Every candidate of the claim comparison, in the report's order.
+pub const CANDS: [Cand; 12] = [
+    Cand::SessionGeneric,
+    Cand::LocalGeneric,
+    Cand::LiteralLimit,
+    Cand::Plain,
+    Cand::PromoteEvery,
+    Cand::Narrow,
+    Cand::NoExpiryIndex,
+    Cand::Unnamed,
+    Cand::PlainUnnamed,
+    Cand::PromoteEveryUnnamed,
+    Cand::AckInClaim,
+    Cand::RoundTrip,
+];
+
+/// The candidates the loops, the burn-down and the held snapshot run beside
+/// the product and the peers unless `ALKSTORE_BENCH_LOOP_CANDS` names others
+/// (`none` for none): what would ship, on a direct connection and behind a
+/// pooler.
+pub const LOOP_CANDS: [Cand; 3] = [Cand::Plain, Cand::PromoteEvery, Cand::AckInClaim];
+
+/// How often a promote-once-a-second session promotes.
+pub const PROMOTE_EVERY: Duration = Duration::from_secs(1);
+
+impl Cand {
+    pub fn label(self) -> &'static str {
+        match self {
+            Cand::SessionGeneric => "ref: SET plan_cache_mode = force_generic_plan (session)",
+            Cand::LocalGeneric => "cand: BEGIN; SET LOCAL plan_cache_mode ...; COMMIT",
+            Cand::LiteralLimit => "cand: claim with a literal LIMIT",
+            Cand::Plain => "before: plain placeholders (custom plan every call)",
+            Cand::PromoteEvery => "cand: promote once a second",
+            Cand::Narrow => "cand: RETURNING id, payload, attempts",
+            Cand::NoExpiryIndex => "cand: no jobs_claim_expiry_idx",
+            Cand::Unnamed => "product, unnamed (behind a pooler)",
+            Cand::PlainUnnamed => "before: plain placeholders, unnamed",
+            Cand::PromoteEveryUnnamed => "cand: unnamed, promote once a second",
+            Cand::AckInClaim => "cand: promote once a second, ack in the next claim",
+            Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
+        }
+    }
+
+    /// The name `ALKSTORE_BENCH_LOOP_CANDS` takes.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Cand::SessionGeneric => "session-generic",
+            Cand::LocalGeneric => "local-generic",
+            Cand::LiteralLimit => "literal-limit",
+            Cand::Plain => "plain",
+            Cand::PromoteEvery => "promote-every",
+            Cand::Narrow => "narrow",
+            Cand::NoExpiryIndex => "no-expiry-index",
+            Cand::Unnamed => "unnamed",
+            Cand::PlainUnnamed => "plain-unnamed",
+            Cand::PromoteEveryUnnamed => "promote-every-unnamed",
+            Cand::AckInClaim => "ack-in-claim",
+            Cand::RoundTrip => "round-trip",
+        }
+    }
+
+    pub fn from_slug(slug: &str) -> Option<Cand> {
+        CANDS.into_iter().find(|c| c.slug() == slug)
+    }
+
+    /// What a session of this candidate runs first.
+    pub fn session_setup(self) -> &'static str {
+        match self {
+            Cand::SessionGeneric => "SET plan_cache_mode = force_generic_plan",
+            _ => "",
+        }
+    }
+
+    /// Whether its sessions send every statement unnamed.
+    pub fn unnamed(self) -> bool {
+        matches!(
+            self,
+            Cand::Unnamed | Cand::PlainUnnamed | Cand::PromoteEveryUnnamed
+        )
+    }
+
+    /// The product index this candidate's copy of `jobs` goes without.
+    pub fn dropped_index(self) -> Option<&'static str> {
+        match self {
+            Cand::NoExpiryIndex => Some("jobs_claim_expiry_idx"),
+            _ => None,
+        }
+    }
+
+    /// How often a session pipelines promote before its claim (`None`:
+    /// before every claim, as the product does).
+    pub fn promote_every(self) -> Option<Duration> {
+        match self {
+            Cand::PromoteEvery | Cand::PromoteEveryUnnamed | Cand::AckInClaim => {
+                Some(PROMOTE_EVERY)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the path claims anything (`SELECT 1` does not).
+    pub fn claims(self) -> bool {
+        self != Cand::RoundTrip
+    }
+
+    /// Whether a worker acks its finished jobs in its next claim
+    /// ([`Cand::path_acking`]) instead of a statement of their own.
+    pub fn acks_in_claim(self) -> bool {
+        self == Cand::AckInClaim
+    }
+
+    /// One claim of up to `limit` jobs that first acks `acks` (id,
+    /// attempts), in one statement ([`Cand::AckInClaim`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn path_acking(
+        self,
+        schema: &SchemaName,
+        queue: &str,
+        now: i64,
+        worker: &str,
+        limit: i64,
+        promote: bool,
+        acks: &[(i64, i32)],
+    ) -> ClaimPath {
+        assert!(
+            self.acks_in_claim(),
+            "{self:?} acks in a statement of its own"
+        );
+        let mut path = self.path(schema, queue, now, worker, limit, promote);
+        let mut params = claim_params(worker, now, queue, Some(limit));
+        params.push((
+            Param::Ints(acks.iter().map(|a| a.0).collect()),
+            Type::INT8_ARRAY,
+        ));
+        params.push((
+            Param::Ints(acks.iter().map(|a| i64::from(a.1)).collect()),
+            Type::INT4_ARRAY,
+        ));
+        path.stmts[path.claim] = Stmt::typed(ack_in_claim(schema.as_str()), params);
+        path
+    }
+
+    /// One claim of up to `limit` jobs; `promote`: whether promote goes
+    /// first (see [`PromoteClock`]).
+    pub fn path(
+        self,
+        schema: &SchemaName,
+        queue: &str,
+        now: i64,
+        worker: &str,
+        limit: i64,
+        promote: bool,
+    ) -> ClaimPath {
+        let s = schema.as_str();
+        let promote_limit = limit.saturating_mul(i64::from(product::PROMOTE_PER_CLAIMED));
+        let plain = || {
+            let mut stmts = Vec::new();
+            if promote {
+                stmts.push(Stmt::typed(
+                    plain_promote(s),
+                    vec![
+                        (Param::Text(queue.to_owned()), Type::TEXT),
+                        (Param::Int(now), Type::INT8),
+                        (Param::Int(promote_limit), Type::INT8),
+                    ],
+                ));
+            }
+            stmts.push(Stmt::typed(
+                plain_claim(s),
+                claim_params(worker, now, queue, Some(limit)),
+            ));
+            ClaimPath::last(stmts)
+        };
+        let product_path = || {
+            let mut stmts = Vec::new();
+            if promote {
+                stmts.push(product::promote(schema, queue, now, limit));
+            }
+            stmts.push(product::claim(schema, queue, now, worker, limit));
+            stmts
+        };
+        match self {
+            Cand::SessionGeneric
+            | Cand::Unnamed
+            | Cand::PromoteEvery
+            | Cand::NoExpiryIndex
+            | Cand::PromoteEveryUnnamed => ClaimPath::last(product_path()),
+            Cand::LocalGeneric => {
+                let mut stmts = vec![
+                    Stmt::Utility("BEGIN"),
+                    Stmt::Utility("SET LOCAL plan_cache_mode = force_generic_plan"),
+                ];
+                stmts.extend(product_path());
+                let claim = stmts.len() - 1;
+                stmts.push(Stmt::Utility("COMMIT"));
+                ClaimPath { stmts, claim }
+            }
+            Cand::LiteralLimit => {
+                let mut stmts = product_path();
+                stmts.pop();
+                stmts.push(Stmt::typed(
+                    literal_limit_claim(s, limit),
+                    claim_params(worker, now, queue, None),
+                ));
+                ClaimPath::last(stmts)
+            }
+            Cand::Plain | Cand::PlainUnnamed => plain(),
+            // Nothing to ack: the versus part's claims.
+            Cand::AckInClaim => {
+                let mut path = ClaimPath::last(product_path());
+                let mut params = claim_params(worker, now, queue, Some(limit));
+                params.push((Param::Ints(Vec::new()), Type::INT8_ARRAY));
+                params.push((Param::Ints(Vec::new()), Type::INT4_ARRAY));
+                path.stmts[path.claim] = Stmt::typed(ack_in_claim(s), params);
+                path
+            }
+            Cand::Narrow => {
+                let mut path = ClaimPath::last(product_path());
+                path.stmts[path.claim] = Stmt::typed(
+                    narrow_claim(s),
+                    claim_params(worker, now, queue, Some(limit)),
+                );
+                path
+            }
+            Cand::RoundTrip => ClaimPath::last(vec![Stmt::new("SELECT 1 AS id", Vec::new())]),
+        }
+    }
+}
+
+/// Decides, claim by claim, whether a session pipelines promote first.
+pub struct PromoteClock {
+    every: Option<Duration>,
+    last: Option<Instant>,
+}
+
+impl PromoteClock {
+    pub fn new(every: Option<Duration>) -> Self {
+        Self { every, last: None }
+    }
+
+    /// Whether this claim promotes first (always without a period).
+    pub fn due(&mut self) -> bool {
+        let Some(every) = self.every else {
+            return true;
+        };
+        if self.last.is_some_and(|last| last.elapsed() < every) {
+            return false;
+        }
+        self.last = Some(Instant::now());
+        true
+    }
+}
+
+/// The whole job row, as the product's claim returns it.
+const FULL_ROW: &str = "id, queue, payload, priority, run_at, expires_at, enqueued_at, \
+     visibility_timeout_s, max_attempts, backoff_base_s, dead_letter_retention_s, attempts, \
+     worker_id, claimed_at, claim_expires_at, last_error";
+/// What a worker needs of a claimed job: ack and retry name the claim by
+/// `id` and `attempts`.
+const NARROW_ROW: &str = "id, payload, attempts";
+
+/// The claim's parameters: `$1` worker, `$2` now, `$3` queue, and `$4` the
+/// limit unless it is written into the text.
+fn claim_params(worker: &str, now: i64, queue: &str, limit: Option<i64>) -> Vec<(Param, Type)> {
+    let mut params = vec![
+        (Param::Text(worker.to_owned()), Type::TEXT),
+        (Param::Int(now), Type::INT8),
+        (Param::Text(queue.to_owned()), Type::TEXT),
+    ];
+    if let Some(limit) = limit {
+        params.push((Param::Int(limit), Type::INT8));
+    }
+    params
+}
+
+/// Promote as the product wrote it before it hid its parameters (plain
+/// placeholders, `LIMIT $3`). `$1` queue, `$2` now, `$3` limit.
+pub fn plain_promote(schema: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET ready = TRUE WHERE id = ANY(ARRAY(\
+         SELECT id FROM {schema}.jobs WHERE queue = $1 AND NOT ready AND run_at <= $2 \
+         ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED))"
+    )
+}
+
+/// Claim as the product wrote it before it hid its parameters. `$1`
+/// worker, `$2` now, `$3` queue, `$4` limit.
+pub fn plain_claim(schema: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = $3 AND claimed_at IS NULL AND ready AND run_at <= $2 \
+         ORDER BY priority DESC, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)) \
+         RETURNING {FULL_ROW}"
+    )
+}
+
+/// The product's claim (`jobs::claim`, parameters hidden as it hides them)
+/// returning only what a worker needs. `$1` worker, `$2` now, `$3` queue,
+/// `$4` limit.
+pub fn narrow_claim(schema: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
+         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
+         LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) RETURNING {NARROW_ROW}"
+    )
+}
+
+/// The product's claim with `limit` written into the text, the other
+/// parameters as the product binds them. `$1` worker, `$2` now, `$3` queue.
+pub fn literal_limit_claim(schema: &str, limit: i64) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = $3 AND claimed_at IS NULL AND ready AND run_at <= $2 \
+         ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED)) \
+         RETURNING {FULL_ROW}"
+    )
+}
+
+/// The product's claim (parameters hidden as it hides them) that first
+/// deletes the jobs this worker acks (`ack_many`'s
+/// predicate: the ids, this worker, the attempts they were claimed at), in
+/// one statement: one round trip and one commit for a step's finish and its
+/// next claim. The count of acked jobs rides on every claimed row (`acked`);
+/// a follow-up that ships it must also return the count when nothing is
+/// claimed (e.g. a one-row `LEFT JOIN`). `$1` worker, `$2` now, `$3`
+/// queue, `$4` limit, `$5` acked ids, `$6` their attempts.
+///
+/// The claim's limit reads the deletion's count, so the deletion runs to
+/// its end before the claim locks anything. In the first version the
+/// deletion ran last, and two workers deadlocked (twice in one full run):
+/// a claim's `FOR UPDATE SKIP LOCKED` that meets an entry of a job another
+/// worker claimed a moment ago (its snapshot still saw the row unclaimed)
+/// follows the update chain, locks the newest version and only then finds
+/// it no longer claimable: the row is skipped but stays locked until the
+/// statement's end; each worker's deletion then waited for the other's
+/// stray lock on the job it was acking.
+pub fn ack_in_claim(schema: &str) -> String {
+    format!(
+        "WITH acked AS (DELETE FROM {schema}.jobs \
+         WHERE id = ANY(ARRAY(SELECT unnest(CAST($5 AS bigint[])))) AND worker_id = $1 \
+         AND (id, attempts) IN (SELECT unnest(CAST($5 AS bigint[])), \
+         unnest(CAST($6 AS integer[]))) RETURNING id) \
+         UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs \
+         WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
+         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
+         LIMIT (SELECT CAST($4 AS bigint) + 0 * count(*) FROM acked) \
+         FOR UPDATE SKIP LOCKED)) RETURNING {FULL_ROW}, (SELECT count(*) FROM acked) AS acked"
+    )
+}
