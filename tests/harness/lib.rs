@@ -24,6 +24,7 @@ pub mod snapshots;
 pub mod squawk;
 pub mod tls;
 pub mod tls_v1;
+pub mod upgrade;
 pub mod wire;
 
 pub use pg::{

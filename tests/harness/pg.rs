@@ -983,7 +983,11 @@ fn write_settings(data: &Path, dir: &Path) -> Result<bool, String> {
          max_connections = 200\n\
          fsync = off\n\
          synchronous_commit = off\n\
-         full_page_writes = off\n"
+         full_page_writes = off\n\
+         # A statement whose client is gone (a test that failed at its own\n\
+         # bound dropped the connection) ends within a second, instead of\n\
+         # running on with its locks, which the drop at exit would wait for.\n\
+         client_connection_check_interval = 1s\n"
     );
     let has_socket = !socket_dir.is_empty();
     append_settings(data, &settings)?;

@@ -241,7 +241,7 @@ async fn through_pgbouncer_the_listener_refuses_and_the_notifier_works() {
             .await
             .unwrap_or_else(|e| panic!("through pgbouncer: {e}"));
         tokio::spawn(connection);
-        let producer = Sessions::new(schema.clone())
+        let mut producer = Sessions::new(schema.clone())
             .with_mode(StatementMode::Unnamed)
             .session(client);
         let sent = notifier.stats().sent;
@@ -249,7 +249,7 @@ async fn through_pgbouncer_the_listener_refuses_and_the_notifier_works() {
         let now = unix_now();
         let id = notifier
             .run_and_wake(
-                &producer,
+                &mut producer,
                 &jobs::Enqueue {
                     job: &job("q", now),
                     now,

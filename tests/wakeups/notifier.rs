@@ -100,7 +100,7 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
         .unwrap_or_else(|e| panic!("notifier: {e}"));
 
     // As the superuser: one round trip, woken.
-    let owner = Session::new(harness::connect_url(&db_url).await, schema.clone());
+    let mut owner = Session::new(harness::connect_url(&db_url).await, schema.clone());
     let mut wakeup = listener
         .wakeup("r")
         .unwrap_or_else(|| panic!("no wake-ups for r"));
@@ -108,7 +108,7 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
     let now = unix_now();
     notifier
         .run_and_wake(
-            &owner,
+            &mut owner,
             &jobs::Enqueue {
                 job: &job("r", now),
                 now,
@@ -124,7 +124,7 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
     assert_eq!(notifier.stats().sent, 1);
 
     // As the engine's role, which may not notify.
-    let engine = Session::new(
+    let mut engine = Session::new(
         harness::connect_url(&harness::url_for(&role, None, Some(&db))).await,
         schema.clone(),
     );
@@ -134,7 +134,7 @@ async fn a_failed_notification_never_fails_the_enqueue_and_is_sent_again() {
     wakeup.seen();
     let id = notifier
         .run_and_wake(
-            &engine,
+            &mut engine,
             &jobs::Enqueue {
                 job: &job("q", now),
                 now,
@@ -235,5 +235,160 @@ async fn a_lost_notifier_connection_is_opened_again() {
     assert_eq!(
         wakeup.wait_until(Some(Instant::now() + HANG)).await,
         Wake::Notified
+    );
+}
+
+/// `run_and_wake` puts a queue's leading notification inside its enqueue's
+/// transaction (so the listeners hear of the job at its commit), and so an
+/// enqueue that fails sends none; with the inside interval off
+/// (`Duration::MAX`) the notify runs behind the enqueue, in a transaction
+/// of its own, and is sent even though the enqueue failed. After the
+/// refusal is lifted, a later enqueue is notified inside.
+#[tokio::test]
+async fn the_leading_notification_goes_inside_the_enqueue_transaction() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let (admin, schema) = schema("wake_inside").await;
+    exec(
+        &admin,
+        &format!(
+            "ALTER TABLE \"{schema}\".jobs ADD CONSTRAINT refuse_some CHECK (queue <> 'refused')"
+        ),
+    )
+    .await;
+    let refused = WakeChannel::new(&schema, "refused");
+    let (_counter, seen) = count_notifications(&refused).await;
+    let arrived = || seen.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let mut producer = Session::new(harness::connect().await, schema.clone());
+    let now = unix_now();
+    let failing = job("refused", now);
+    let enqueue = jobs::Enqueue { job: &failing, now };
+
+    let inside = Notifier::start(direct(), schema.clone(), Duration::from_millis(10))
+        .await
+        .unwrap_or_else(|e| panic!("notifier: {e}"));
+    let refusal = inside
+        .run_and_wake(&mut producer, &enqueue, "refused")
+        .await;
+    assert!(refusal.is_err(), "the check refuses the enqueue");
+    // Behind, a notify would have arrived by now (see the contrast below).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(arrived(), 0, "the notify rolled back with its enqueue");
+    assert_eq!(inside.stats().sent, 0);
+
+    let behind = Notifier::start_with(
+        direct(),
+        schema.clone(),
+        Duration::from_millis(10),
+        Duration::MAX,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("notifier: {e}"));
+    let refusal = behind
+        .run_and_wake(&mut producer, &enqueue, "refused")
+        .await;
+    assert!(refusal.is_err());
+    let deadline = Instant::now() + HANG;
+    while arrived() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        arrived(),
+        1,
+        "behind the enqueue, the notify ran on its own"
+    );
+    assert_eq!(behind.stats().inside, 0);
+
+    exec(
+        &admin,
+        &format!("ALTER TABLE \"{schema}\".jobs DROP CONSTRAINT refuse_some"),
+    )
+    .await;
+    tokio::time::sleep(inside_every_and_then_some()).await;
+    inside
+        .run_and_wake(&mut producer, &enqueue, "refused")
+        .await
+        .unwrap_or_else(|e| panic!("enqueue: {e}"));
+    let deadline = Instant::now() + HANG;
+    while arrived() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(arrived(), 2);
+    let stats = inside.stats();
+    assert_eq!((stats.sent, stats.inside), (1, 1), "{stats:?}");
+}
+
+fn inside_every_and_then_some() -> Duration {
+    schema_gen::wake::INSIDE_EVERY + Duration::from_millis(20)
+}
+
+/// 1,000 enqueues through `run_and_wake`, as fast as one session sends
+/// them: at most one notification per interval plus the leading one, at
+/// most one of them inside per inside interval plus the first, and the
+/// last arrives after the last enqueue (the trailing one).
+#[tokio::test]
+async fn a_burst_through_run_and_wake_costs_the_stated_notifications() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    const INTERVAL: Duration = Duration::from_millis(20);
+    const INSIDE: Duration = Duration::from_millis(60);
+    const BURST: usize = 1_000;
+    let (_admin, schema) = schema("wake_burst_lead").await;
+    let channel = WakeChannel::new(&schema, "burst");
+    let (_counter, seen) = count_notifications(&channel).await;
+    let notifier = Notifier::start_with(direct(), schema.clone(), INTERVAL, INSIDE)
+        .await
+        .unwrap_or_else(|e| panic!("notifier: {e}"));
+    let mut producer = Session::new(harness::connect().await, schema.clone());
+    let now = unix_now();
+    let burst_job = job("burst", now);
+    let first = Instant::now();
+    // The burst, and on until its last enqueue was folded (owed a trailing
+    // notification) rather than notified at once.
+    let mut n = 0;
+    loop {
+        let folded = notifier.stats().folded;
+        notifier
+            .run_and_wake(
+                &mut producer,
+                &jobs::Enqueue {
+                    job: &burst_job,
+                    now,
+                },
+                "burst",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("enqueue: {e}"));
+        n += 1;
+        if n >= BURST && notifier.stats().folded > folded {
+            break;
+        }
+    }
+    let last_enqueue = Instant::now();
+    let deadline = Instant::now() + HANG;
+    let received = loop {
+        let stats = notifier.stats();
+        let received = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if stats.owed == 0 && received.len() as u64 == stats.sent {
+            break received;
+        }
+        assert!(Instant::now() < deadline, "still owed: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stats = notifier.stats();
+    let span = received[received.len() - 1].duration_since(first);
+    let bound = |every: Duration| span.as_millis().div_ceil(every.as_millis()) as u64 + 1;
+    assert!(
+        received.len() as u64 <= bound(INTERVAL),
+        "{stats:?} over {span:?}"
+    );
+    assert!(stats.inside >= 1, "the first went inside: {stats:?}");
+    assert!(stats.inside <= bound(INSIDE), "{stats:?} over {span:?}");
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    assert!(
+        *received.last().unwrap_or(&first) > last_enqueue,
+        "the trailing notification came after the last enqueue"
     );
 }

@@ -265,7 +265,8 @@ where
 
 /// Whether a bound value has the wire type of its placeholder (the binder
 /// sends each value in its own binary format, so an `i32` bound for a
-/// `bigint` would be refused by the server).
+/// `bigint` would be refused by the server). Checked in debug builds only.
+#[cfg(any(debug_assertions, test))]
 pub(crate) fn value_fits(param: &Param, value: &Value) -> bool {
     let scalar = |value: &Value| {
         matches!(

@@ -520,6 +520,56 @@ async fn collect(stream: RowStream) -> Result<(Vec<Row>, u64), tokio_postgres::E
 }
 
 impl Session<Client> {
+    /// Runs `first` and `second` in one transaction, in one round trip:
+    /// `BEGIN`, both, `COMMIT`, sent together. Takes the session exclusively
+    /// (`&mut`), so no other call of this session can fall between them;
+    /// both are prepared before anything is sent, so the four go out in
+    /// that order.
+    ///
+    /// # Errors
+    ///
+    /// `BEGIN`'s error, else the first statement's, else the second's (the
+    /// transaction then rolled back: neither took effect), else `COMMIT`'s.
+    pub(crate) async fn run_in_one_transaction<A, B>(
+        &mut self,
+        first: &A,
+        second: &B,
+    ) -> Result<(Output<A>, Output<B>), StatementError>
+    where
+        A: Call + Sync,
+        B: Call + Sync,
+    {
+        if self.mode() == StatementMode::Prepared {
+            let texts = [
+                self.sessions
+                    .text(A::NAME, || first.statement(self.schema())),
+                self.sessions
+                    .text(B::NAME, || second.statement(self.schema())),
+            ];
+            for text in &texts {
+                super::connection::sealed::Sealed::prepare_cached(
+                    &self.client,
+                    &self.prepared,
+                    text,
+                )
+                .await
+                .map_err(|e| StatementError::from_driver(text.name, e))?;
+            }
+        }
+        let driver = &self.client;
+        let (begun, first, second, ended) = futures_util::future::join4(
+            driver.batch_execute("BEGIN"),
+            self.run_now(first),
+            self.run_now(second),
+            driver.batch_execute("COMMIT"),
+        )
+        .await;
+        begun.map_err(|e| StatementError::from_driver("begin", e))?;
+        let (first, second) = (first?, second?);
+        ended.map_err(|e| StatementError::from_driver("commit", e))?;
+        Ok((first, second))
+    }
+
     /// Starts a transaction on this session's connection: a session that
     /// runs its calls inside it, with the statements prepared so far (and
     /// keeps what it prepares). [`commit`](Session::commit) it; dropped, it

@@ -22,8 +22,8 @@ use crate::catalog::LiveCatalog;
 use crate::error::Error;
 use crate::options::Bounds;
 use crate::render::{self, AdvisoryLock, quote_ident, quote_literal};
-use crate::versions::done::done;
-use crate::versions::{Action, Itinerary, Record, Span, Step, Verdict, Wait, Work};
+use crate::versions::done::leg_done;
+use crate::versions::{Action, Itinerary, Record, Span, Step, StepLeg, Verdict, Wait, Work};
 
 /// What a dry run found: where the database stands, and the steps and
 /// script that would move it.
@@ -121,9 +121,9 @@ struct Printer<'a> {
 
 impl Printer<'_> {
     /// Whether the catalog, as it will be when the step runs, shows it done.
-    fn done(&self, step: &Step) -> bool {
-        done(step, self.live)
-            || (step.action == Action::CreateTable && self.created.contains(&step.table))
+    fn done(&self, leg: &StepLeg) -> bool {
+        leg_done(leg, self.live)
+            || (leg.step.action == Action::CreateTable && self.created.contains(&leg.step.table))
     }
 }
 
@@ -163,13 +163,14 @@ impl Backend for Printer<'_> {
         Ok(())
     }
 
-    async fn step(
-        &mut self,
-        step: &Step,
-        index: usize,
-        of: usize,
-        work: &Work,
-    ) -> Result<(), Error> {
+    async fn step(&mut self, leg: &StepLeg) -> Result<(), Error> {
+        let StepLeg {
+            step,
+            index,
+            of,
+            work,
+            ..
+        } = leg;
         let title = format!(
             "version {} {} step {index}/{of}: {} (locks {})",
             step.version,
@@ -177,7 +178,7 @@ impl Backend for Printer<'_> {
             step.describe(),
             step.lock().pg_mode().unwrap_or("nothing that exists")
         );
-        if self.done(step) {
+        if self.done(leg) {
             let _ = writeln!(self.out, "-- {title}: already done.\n");
             return Ok(());
         }

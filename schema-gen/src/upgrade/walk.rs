@@ -3,7 +3,7 @@
 //! them.
 
 use crate::error::Error;
-use crate::versions::{Itinerary, Leg, Record, Step, Work};
+use crate::versions::{Itinerary, Leg, Record, StepLeg};
 
 /// What runs (or prints) each leg.
 pub(super) trait Backend {
@@ -11,13 +11,7 @@ pub(super) trait Backend {
     async fn record(&mut self, record: Record, statements: &[String]) -> Result<(), Error>;
 
     /// A step, unless the catalog shows it done.
-    async fn step(
-        &mut self,
-        step: &Step,
-        index: usize,
-        of: usize,
-        work: &Work,
-    ) -> Result<(), Error>;
+    async fn step(&mut self, leg: &StepLeg) -> Result<(), Error>;
 }
 
 /// Hands every leg of `itinerary` to `backend`, in order, stopping at the
@@ -26,11 +20,7 @@ pub(super) async fn walk(itinerary: &Itinerary, backend: &mut impl Backend) -> R
     for leg in &itinerary.legs {
         match leg {
             Leg::Record { record, statements } => backend.record(*record, statements).await?,
-            Leg::Step(leg) => {
-                backend
-                    .step(&leg.step, leg.index, leg.of, &leg.work)
-                    .await?
-            }
+            Leg::Step(leg) => backend.step(leg).await?,
         }
     }
     Ok(())

@@ -3,7 +3,21 @@
 
 use crate::catalog::LiveCatalog;
 
+use super::itinerary::StepLeg;
 use super::step::{Action, Step};
+
+/// Whether the catalog shows the step of `leg` done: as [`done`], and an
+/// index built under another name to be swapped in is also done once the
+/// swap is (it bears the old name then, so looking for its own name would
+/// build it a second time, and the swap would then fail on the name it
+/// left behind).
+pub fn leg_done(leg: &StepLeg, live: &LiveCatalog) -> bool {
+    done(&leg.step, live)
+        || leg
+            .swapped_in_by
+            .as_ref()
+            .is_some_and(|swap| done(swap, live))
+}
 
 /// Whether the catalog shows `step` done, so a rerun skips it. A backfill
 /// always runs again: it finds only the rows still to do.

@@ -8,7 +8,7 @@ use schema_model::{SchemaName, SchemaVersions, TableModel};
 
 use super::history::History;
 use super::sql::{Work, table_statements, work};
-use super::step::{Phase, Step};
+use super::step::{Action, Phase, Step};
 use super::verdict::{Span, Standing, Verdict};
 use crate::error::{Error, ErrorKind};
 use crate::render::record;
@@ -51,6 +51,10 @@ pub struct StepLeg {
     pub of: usize,
     /// Its SQL, by how it is sent.
     pub work: Work,
+    /// The later step of its phase that swaps the index it builds in under
+    /// the old name, if any: once that one is done, so is this one
+    /// ([`done::leg_done`](super::done::leg_done)).
+    pub swapped_in_by: Option<Step>,
 }
 
 /// What a [`Leg::Record`] records.
@@ -254,11 +258,22 @@ fn planned(
 
 fn push_steps(legs: &mut Vec<Leg>, steps: &[Step], version: &SchemaVersion, schema: &SchemaName) {
     for (index, step) in steps.iter().enumerate() {
+        let swapped_in_by = match &step.action {
+            Action::CreateIndex { index: built, .. } => steps[index + 1..]
+                .iter()
+                .find(|later| {
+                    matches!(&later.action, Action::SwapIndex { replacement, .. }
+                        if replacement == built)
+                })
+                .cloned(),
+            _ => None,
+        };
         legs.push(Leg::Step(Box::new(StepLeg {
             step: step.clone(),
             index: index + 1,
             of: steps.len(),
             work: work(step, schema, version),
+            swapped_in_by,
         })));
     }
 }

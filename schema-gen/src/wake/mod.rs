@@ -10,10 +10,12 @@
 //!   readable prefix and a hash when the queue name is not plain lowercase
 //!   or the pair is too long; never over 63 bytes, never truncated.
 //! - **The notifier** ([`Notifier`]): [`Notifier::run_and_wake`] sends
-//!   the [`wake`](crate::statements::wake::notify) statement pipelined
-//!   right behind the enqueue (one round trip; the server runs it once the
-//!   enqueue has committed, in a transaction of its own), at most once per
-//!   queue per interval: the first wake-up at once, the others folded into
+//!   the [`wake`](crate::statements::wake::notify) statement in the
+//!   enqueue's round trip, at most once per queue per interval: a queue's
+//!   leading notification inside the enqueue's transaction at most once
+//!   per [`INSIDE_EVERY`], the other leading ones pipelined right behind
+//!   the enqueue (the server runs them once the enqueue has committed, in a
+//!   transaction of their own); the others folded into
 //!   one notification at the end of the interval, which the notifier's own
 //!   task sends on its own connection ([`Notifier::wake`] hands a wake-up
 //!   to that task alone, for an enqueue made in a transaction).
@@ -26,16 +28,20 @@
 //!
 //! # Where the notify runs, and why
 //!
-//! Not in the enqueue's transaction: a transaction that called `NOTIFY`
+//! Not in every enqueue's transaction: a transaction that called `NOTIFY`
 //! takes a database-wide lock at commit and holds it through its commit
 //! record's flush, so notifying in every enqueue serialises the commits of
-//! all writers. Behind the enqueue, in the same round trip: the server runs
-//! it as soon as the enqueue has committed, so the workers hear of the job
-//! as early as with a notify inside the enqueue, and the enqueue pays no
-//! round trip of its own. Its transaction writes no WAL before its commit
-//! record, so PostgreSQL commits it without waiting for a flush: the
-//! listeners are not kept waiting for a second flush, and it costs what a
-//! `SELECT 1` costs. Coalesced per process and queue
+//! all writers. Inside the enqueue's transaction for a queue's leading
+//! notification, at most once per [`INSIDE_EVERY`] (10 ms) per queue and
+//! process: the listeners hear of a lone job at its commit, before the
+//! producer has its answer (the pickup BENCHMARKS.md measured at or below
+//! graphile-worker's), and the notifying commits are few enough to cost
+//! the enqueues within the measured bound. Behind the enqueue, in the same
+//! round trip, for the other leading ones: the server runs it once the
+//! enqueue's answer is sent, a statement later (its transaction writes no
+//! WAL, so PostgreSQL commits it without a flush, and it costs what a
+//! `SELECT 1` costs). [`Notifier::start_with`] sets the inside interval
+//! (`Duration::MAX`: never inside). Coalesced per process and queue
 //! over an interval, a burst of enqueues costs one notification per queue
 //! per interval. BENCHMARKS.md ("Wake-ups") measures it beside the notify
 //! inside the enqueue transaction, a notify behind every enqueue, the
@@ -96,7 +102,7 @@
 //! # }
 //! ```
 //!
-//! And the producer: `notifier.run_and_wake(&session, &jobs::Enqueue { .. },
+//! And the producer: `notifier.run_and_wake(&mut session, &jobs::Enqueue { .. },
 //! &job.queue)` for every enqueue, due now or later (an idle worker learns
 //! the new `next_due` that way).
 
@@ -109,4 +115,4 @@ mod notifier;
 pub use connect::{Connect, Connecting, Connector, Messages, connector, messages};
 pub use error::ListenError;
 pub use listener::{Listener, ListenerOptions, ListenerState, Wake, Wakeup, deadline};
-pub use notifier::{Notifier, NotifierStats};
+pub use notifier::{INSIDE_EVERY, Notifier, NotifierStats};

@@ -17,17 +17,24 @@ use schema_model::{SchemaName, WakeChannel};
 
 use super::coalesce::{Coalescer, Decision};
 use super::connect::Connect;
-use crate::statements::{Call, Output, Session, StatementError, wake};
+use crate::statements::{Call, Output, Session, StatementError, StatementMode, wake};
 
 /// The longest wait between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The first wait before reconnecting.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
+/// By default, a leading notification goes inside its enqueue's
+/// transaction at most once per this interval per queue (BENCHMARKS.md,
+/// "Wake-ups": what the inside ones cost the enqueues, and the pickup).
+pub const INSIDE_EVERY: Duration = Duration::from_millis(10);
+
 /// Sends the wake-ups of one engine schema's queues, at most one
 /// notification per queue per interval: [`run_and_wake`](Self::run_and_wake)
-/// runs an enqueue with its notification pipelined behind it (the path
-/// BENCHMARKS.md measured fastest); [`wake`](Self::wake), after a
+/// runs an enqueue with its notification in the same round trip (inside
+/// its transaction at most once per [`INSIDE_EVERY`] per queue, otherwise
+/// pipelined behind it: the path BENCHMARKS.md measured fastest);
+/// [`wake`](Self::wake), after a
 /// transaction that enqueued has committed, hands the wake-up to the
 /// notifier's task. Wake-ups within an interval of their queue's last
 /// notification are folded into one more, which the task sends on its own
@@ -54,6 +61,7 @@ struct Shared {
     /// The notifier was dropped: send what is owed, then stop.
     closing: AtomicBool,
     sent: AtomicU64,
+    inside: AtomicU64,
     folded: AtomicU64,
     failed: AtomicU64,
     last_error: Mutex<Option<String>>,
@@ -81,6 +89,9 @@ impl State {
 pub struct NotifierStats {
     /// Notifications sent (committed).
     pub sent: u64,
+    /// Of which inside their enqueue's transaction
+    /// ([`run_and_wake`](Notifier::run_and_wake)).
+    pub inside: u64,
     /// Wake-ups folded into a later notification of their queue.
     pub folded: u64,
     /// Notifications that failed (each is owed again).
@@ -97,7 +108,9 @@ impl Notifier {
     /// Connects (once, so that a wrong URL fails here) and starts the
     /// notifier's task for the engine schema `schema`, coalescing each
     /// queue's wake-ups over `interval` (10 ms is what BENCHMARKS.md
-    /// measured).
+    /// measured), and putting a leading notification inside its enqueue's
+    /// transaction at most once per [`INSIDE_EVERY`] per queue (or per
+    /// `interval`, if longer): [`start_with`](Self::start_with).
     ///
     /// # Errors
     ///
@@ -107,17 +120,36 @@ impl Notifier {
         schema: SchemaName,
         interval: Duration,
     ) -> Result<Self, tokio_postgres::Error> {
+        Self::start_with(connect, schema, interval, INSIDE_EVERY.max(interval)).await
+    }
+
+    /// [`start`](Self::start), putting a leading notification inside its
+    /// enqueue's transaction ([`run_and_wake`](Self::run_and_wake)) at most
+    /// once per `inside` per queue: a longer `inside` costs the enqueues
+    /// less and wakes fewer lone jobs at their commit. `Duration::MAX`:
+    /// never inside.
+    ///
+    /// # Errors
+    ///
+    /// The connection could not be opened.
+    pub async fn start_with(
+        connect: impl Connect,
+        schema: SchemaName,
+        interval: Duration,
+        inside: Duration,
+    ) -> Result<Self, tokio_postgres::Error> {
         let first = Open::new(&connect).await?;
         let shared = Arc::new(Shared {
             schema,
             state: Mutex::new(State {
-                coalescer: Coalescer::new(interval),
+                coalescer: Coalescer::new(interval, inside),
                 ready: Vec::new(),
                 in_flight: 0,
             }),
             poke: Notify::new(),
             closing: AtomicBool::new(false),
             sent: AtomicU64::new(0),
+            inside: AtomicU64::new(0),
             folded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             last_error: Mutex::new(None),
@@ -134,8 +166,8 @@ impl Notifier {
     pub fn wake(&self, queue: &str) {
         {
             let mut state = lock(&self.shared.state);
-            match state.coalescer.wake(queue, Instant::now()) {
-                Decision::Now => state.ready.push(queue.to_owned()),
+            match state.coalescer.wake(queue, Instant::now(), false) {
+                Decision::Now | Decision::Inside => state.ready.push(queue.to_owned()),
                 Decision::Later => {
                     self.shared.folded.fetch_add(1, Ordering::Relaxed);
                 }
@@ -145,24 +177,34 @@ impl Notifier {
     }
 
     /// Runs `call` (an enqueue of `queue`'s jobs, a retry of one of its
-    /// jobs) on `session` and wakes `queue`: when its notification is due at
-    /// once, the [`wake`](crate::statements::wake::notify) statement goes
-    /// pipelined right behind `call`, in the same round trip, and the server
-    /// runs it once `call` has committed, in a transaction of its own;
-    /// otherwise the wake-up is folded into the queue's trailing
-    /// notification, which the notifier's task sends. The enqueue path
-    /// measured fastest (BENCHMARKS.md, "Wake-ups"): the workers hear of
-    /// the job as soon as it commits, and the enqueue pays no extra round
-    /// trip.
+    /// jobs) on `session` and wakes `queue`, in the same round trip:
     ///
-    /// A session, not a transaction: a notify inside the caller's
-    /// transaction would take the database-wide notify lock at its commit.
-    /// Enqueues made in a transaction call [`wake`](Self::wake) after it
-    /// committed.
+    /// - the leading notification of the queue's interval, at most once per
+    ///   [`inside`](Self::start_with) interval per queue, goes **inside**
+    ///   `call`'s transaction (`BEGIN`, `call`, notify, `COMMIT`, sent
+    ///   together): the listeners hear of the job at its commit, before the
+    ///   producer has its answer;
+    /// - the other leading ones are pipelined right behind `call`, and the
+    ///   server runs them once `call` has committed, in a transaction of
+    ///   their own;
+    /// - the rest are folded into the queue's trailing notification, which
+    ///   the notifier's task sends.
+    ///
+    /// A commit that notifies holds PostgreSQL's database-wide notify lock
+    /// through its flush, so the inside ones are bounded per interval:
+    /// BENCHMARKS.md, "Wake-ups", measures both the pickup and what it costs
+    /// the enqueues.
+    ///
+    /// The session is taken exclusively (`&mut`): no other call of it can
+    /// fall inside that transaction. On a
+    /// [`StatementMode::Unnamed`] session (behind a pooler, where statement
+    /// pooling refuses a transaction of several statements) the notify is
+    /// never inside. A session, not a transaction: enqueues
+    /// made in a transaction call [`wake`](Self::wake) after it committed.
     ///
     /// ```no_run
     /// # async fn demo(
-    /// #     session: &schema_gen::statements::Session,
+    /// #     session: &mut schema_gen::statements::Session,
     /// #     notifier: &schema_gen::wake::Notifier,
     /// #     job: &schema_gen::statements::Job,
     /// # ) -> Result<(), schema_gen::statements::StatementError> {
@@ -176,36 +218,75 @@ impl Notifier {
     ///
     /// # Errors
     ///
-    /// `call`'s error, and only its: a notification that failed is owed
-    /// again and sent by the notifier's task (counted in
-    /// [`stats`](Self::stats)), so the caller never retries an enqueue that
-    /// committed.
+    /// `call`'s error, or a `COMMIT` that failed: a notification that failed
+    /// never fails `call` (inside the transaction, it rolled `call` back,
+    /// which is then run alone); it is owed again and sent by the
+    /// notifier's task (counted in [`stats`](Self::stats)), so the caller
+    /// never retries an enqueue that committed.
     pub async fn run_and_wake<Q: Call + Sync>(
         &self,
-        session: &Session,
+        session: &mut Session,
         call: &Q,
         queue: &str,
     ) -> Result<Output<Q>, StatementError> {
-        let Some(channel) = self.lead(queue) else {
+        // Behind a pooler (unnamed statements) a transaction of several
+        // statements may be refused (statement pooling): never inside there.
+        let may_go_inside = session.mode() == StatementMode::Prepared;
+        let decision = self.decide(queue, may_go_inside);
+        if decision == Decision::Later {
             return session.run(call).await;
-        };
+        }
+        let channel = WakeChannel::new(&self.shared.schema, queue);
         let notify = wake::Notify { channel: &channel };
+        if decision == Decision::Inside {
+            return match session.run_in_one_transaction(call, &notify).await {
+                Ok((output, ())) => {
+                    self.shared.sent.fetch_add(1, Ordering::Relaxed);
+                    self.shared.inside.fetch_add(1, Ordering::Relaxed);
+                    Ok(output)
+                }
+                Err(error) if error.statement() == <wake::Notify<'_> as Call>::NAME => {
+                    // Rolled back with the notify: `call` took no effect.
+                    self.failed(queue, &error);
+                    session.run(call).await
+                }
+                Err(error) => Err(error),
+            };
+        }
         let (output, notified) =
             futures_util::future::join(session.run(call), session.run(&notify)).await;
         match notified {
             Ok(()) => {
                 self.shared.sent.fetch_add(1, Ordering::Relaxed);
             }
-            Err(error) => {
-                lock(&self.shared.state)
-                    .coalescer
-                    .failed(queue, Instant::now());
-                self.shared.failed.fetch_add(1, Ordering::Relaxed);
-                *lock(&self.shared.last_error) = Some(error.to_string());
-                self.shared.poke.notify_one();
-            }
+            Err(error) => self.failed(queue, &error),
         }
         output
+    }
+
+    /// The coalescer's decision for a wake-up of `queue` now, folded ones
+    /// counted (and the task poked for their trailing notification).
+    fn decide(&self, queue: &str, may_go_inside: bool) -> Decision {
+        let decision =
+            lock(&self.shared.state)
+                .coalescer
+                .wake(queue, Instant::now(), may_go_inside);
+        if decision == Decision::Later {
+            self.shared.folded.fetch_add(1, Ordering::Relaxed);
+            self.shared.poke.notify_one();
+        }
+        decision
+    }
+
+    /// A notification of `queue` the caller sent failed: owed again, sent
+    /// by the task.
+    fn failed(&self, queue: &str, error: &StatementError) {
+        lock(&self.shared.state)
+            .coalescer
+            .failed(queue, Instant::now());
+        self.shared.failed.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.shared.last_error) = Some(error.to_string());
+        self.shared.poke.notify_one();
     }
 
     /// [`wake`](Self::wake) for a caller that sends a notification due at
@@ -218,16 +299,9 @@ impl Notifier {
     /// in [`stats`](Self::stats); [`run_and_wake`](Self::run_and_wake)
     /// counts it.
     pub fn lead(&self, queue: &str) -> Option<WakeChannel> {
-        let decision = lock(&self.shared.state)
-            .coalescer
-            .wake(queue, Instant::now());
-        match decision {
-            Decision::Now => Some(WakeChannel::new(&self.shared.schema, queue)),
-            Decision::Later => {
-                self.shared.folded.fetch_add(1, Ordering::Relaxed);
-                self.shared.poke.notify_one();
-                None
-            }
+        match self.decide(queue, false) {
+            Decision::Now | Decision::Inside => Some(WakeChannel::new(&self.shared.schema, queue)),
+            Decision::Later => None,
         }
     }
 
@@ -235,6 +309,7 @@ impl Notifier {
     pub fn stats(&self) -> NotifierStats {
         NotifierStats {
             sent: self.shared.sent.load(Ordering::Relaxed),
+            inside: self.shared.inside.load(Ordering::Relaxed),
             folded: self.shared.folded.load(Ordering::Relaxed),
             failed: self.shared.failed.load(Ordering::Relaxed),
             owed: lock(&self.shared.state).owed(),

@@ -11,10 +11,13 @@
 //! enqueue -> claim -> ack loop on another product schema (the load, with
 //! the engine's vacuum step). The variants:
 //!
-//! - the product with the library's [`Listener`] and the notify pipelined
-//!   behind the enqueue, as [`Notifier::run_and_wake`] sends it (shipped);
+//! - the product with the library's [`Listener`] and
+//!   [`Notifier::run_and_wake`]: a queue's leading notify inside its
+//!   enqueue's transaction at most every 10 ms (shipped), or 20 or 100 ms;
 //!   the worker claims alone after a notification, runs the claim path
 //!   (promote, claim) otherwise;
+//! - the design shipped before: the notify always pipelined behind the
+//!   enqueue;
 //! - the same with the notify sent by the notifier's task after the
 //!   enqueue returned ([`Notifier::wake`]);
 //! - the shipped path with the workers' sessions on generic plans (a
@@ -32,8 +35,11 @@
 //! **Enqueue throughput**: eight clients enqueue one job per statement for
 //! the loop's time, each variant in [`ROUNDS`] slices, each slice right
 //! beside one without wake-ups and compared with it: no wake-ups;
-//! the shipped path with one notifier for the eight (one engine process)
-//! and with a notifier each (eight engines); the notifier's task sending
+//! the design shipped before (the notify always behind) and
+//! `run_and_wake` with its leading notify inside at most every 10 (shipped),
+//! 20 or 100 ms, each with one notifier for the eight (one engine process)
+//! and with a notifier each (eight engines); the first version's
+//! candidate path (the enqueue rendered on every call); the notifier's task sending
 //! every notification; a notify pipelined after every enqueue (no
 //! coalescing); the notify inside every enqueue transaction (`BEGIN;
 //! enqueue; pg_notify; COMMIT`, one round trip); graphile-worker's
@@ -68,6 +74,9 @@ const QUEUE: &str = "wake";
 const ENGINES: usize = 2;
 /// The notifier's coalescing interval.
 const INTERVAL: Duration = Duration::from_millis(10);
+/// The shipped default: a leading notify inside its enqueue's transaction
+/// at most once per this many milliseconds ([`schema_gen::wake::INSIDE_EVERY`]).
+const SHIPPED_INSIDE_MS: u64 = 10;
 /// An engine's fallback poll while it waits for wake-ups.
 const FALLBACK: Duration = Duration::from_secs(5);
 /// The enqueue clients of the throughput runs (and of the load).
@@ -91,8 +100,10 @@ pub enum Pickup {
     LeadGeneric,
     /// A candidate: the leading notification of an interval inside its
     /// enqueue's transaction (`BEGIN; enqueue; pg_notify; COMMIT`, one round
-    /// trip), so it fires at that commit; the others folded as shipped.
-    LeadInTransaction,
+    /// trip), so it fires at that commit, at most once per so many
+    /// milliseconds per queue and engine; the other leading notifications
+    /// pipelined behind the enqueue, the rest folded, as shipped.
+    LeadInTransaction(u64),
     /// The worker claims every so many milliseconds.
     Poll(u64),
     /// graphile-worker's `jobs:insert`.
@@ -103,14 +114,20 @@ impl Pickup {
     fn label(self) -> String {
         match self {
             Pickup::Lead => {
-                "alkstore, wake-ups: notify pipelined behind the enqueue (shipped)".to_owned()
+                "alkstore, wake-ups: notify pipelined behind the enqueue (shipped before)"
+                    .to_owned()
             }
             Pickup::Notifier => "alkstore, wake-ups: notify sent by the notifier's task".to_owned(),
-            Pickup::LeadInTransaction => {
-                "cand: the leading notify inside its enqueue's transaction".to_owned()
-            }
+            Pickup::LeadInTransaction(every) => format!(
+                "run_and_wake: a leading notify inside its enqueue's transaction, at most every {every} ms{}",
+                if every == SHIPPED_INSIDE_MS {
+                    " (shipped)"
+                } else {
+                    ""
+                }
+            ),
             Pickup::LeadGeneric => {
-                "ref: shipped, workers with plan_cache_mode = force_generic_plan".to_owned()
+                "ref: shipped before, workers with plan_cache_mode = force_generic_plan".to_owned()
             }
             Pickup::Poll(every) if every >= 1000 => {
                 format!("alkstore, polling every {} s", every / 1000)
@@ -159,29 +176,52 @@ pub enum Enqueue {
     /// The eight clients are eight engines: a notifier each.
     LeadPerClient,
     /// The candidate: the leading notify inside its enqueue's transaction,
-    /// one engine.
-    LeadInTransaction,
+    /// one engine, the enqueue's SQL rendered and sent by the benchmark's
+    /// connection (`Conn`) as the first version did.
+    LeadInTransactionConn,
+    /// The candidate on the library's session (statement text cached): a
+    /// leading notify inside its enqueue's transaction at most once per so
+    /// many milliseconds, the other leading ones pipelined behind; one
+    /// engine.
+    LeadInTransaction(u64),
     /// The same, eight engines.
-    LeadInTransactionPerClient,
+    LeadInTransactionPerClient(u64),
     AfterEach,
     InTransaction,
     Graphile,
 }
 
 impl Enqueue {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
+            Enqueue::LeadInTransaction(every) => format!(
+                "run_and_wake: a leading notify inside its enqueue's transaction at most every {every} ms{}: one engine",
+                if every == SHIPPED_INSIDE_MS {
+                    " (shipped)"
+                } else {
+                    ""
+                }
+            ),
+            Enqueue::LeadInTransactionPerClient(every) => {
+                format!("cand: the same ({every} ms), each client an engine")
+            }
+            other => other.fixed_label().to_owned(),
+        }
+    }
+
+    fn fixed_label(self) -> &'static str {
+        match self {
+            Enqueue::LeadInTransaction(_) | Enqueue::LeadInTransactionPerClient(_) => "",
             Enqueue::Off => "alkstore, no wake-ups",
             Enqueue::Lead => {
-                "alkstore, notify pipelined behind the enqueue, coalesced (shipped): one engine"
+                "alkstore, notify pipelined behind the enqueue, coalesced (shipped before): one engine"
             }
             Enqueue::LeadPerClient => {
                 "alkstore, the same, each client an engine (8 notifiers coalescing apart)"
             }
-            Enqueue::LeadInTransaction => {
-                "cand: the leading notify inside its enqueue's transaction: one engine"
+            Enqueue::LeadInTransactionConn => {
+                "cand: the leading notify inside its enqueue's transaction (10 ms), enqueue rendered per call on a plain connection: one engine"
             }
-            Enqueue::LeadInTransactionPerClient => "cand: the same, each client an engine",
             Enqueue::Notifier => "alkstore, notify sent by the notifier's task, coalesced",
             Enqueue::AfterEach => "alkstore, notify pipelined behind every enqueue",
             Enqueue::InTransaction => "alkstore, pg_notify inside every enqueue transaction",
@@ -209,6 +249,13 @@ pub struct Measured {
     graphile: Option<String>,
 }
 
+/// `ALKSTORE_BENCH_WAKE_FOCUS=1`: only the shipped path, the inside-notify
+/// candidates and graphile-worker (what decides the targets), for a quicker
+/// run.
+fn focused() -> bool {
+    harness::bench::env_number("ALKSTORE_BENCH_WAKE_FOCUS").is_some_and(|n| n > 0.0)
+}
+
 /// Jobs picked up per pickup cell.
 fn samples(scale: &Scale) -> usize {
     let default = match scale.name.split(',').next() {
@@ -229,10 +276,20 @@ pub async fn run(
         Pickup::Lead,
         Pickup::Notifier,
         Pickup::LeadGeneric,
-        Pickup::LeadInTransaction,
+        Pickup::LeadInTransaction(10),
+        Pickup::LeadInTransaction(20),
+        Pickup::LeadInTransaction(100),
         Pickup::Poll(100),
         Pickup::Poll(1000),
     ];
+    if focused() {
+        variants.retain(|v| {
+            matches!(
+                v,
+                Pickup::Lead | Pickup::LeadInTransaction(10 | 20) | Pickup::Graphile
+            )
+        });
+    }
     if peers.is_some() {
         variants.push(Pickup::Graphile);
     }
@@ -398,12 +455,14 @@ pub fn report(report: &mut Report, measured: &Measured) {
                 .and_then(|r| r.latency.p50_ms())
         };
         if let Some(graphile) = find(Pickup::Graphile) {
-            let ours = find(Pickup::Lead);
+            let ours = find(Pickup::LeadInTransaction(SHIPPED_INSIDE_MS));
             let r = ratio(ours, Some(graphile));
             let rounds = measured
                 .pickup
                 .iter()
-                .find(|r| r.variant == Pickup::Lead && r.load == load)
+                .find(|r| {
+                    r.variant == Pickup::LeadInTransaction(SHIPPED_INSIDE_MS) && r.load == load
+                })
                 .and_then(by_round);
             report.verdict(
                 format!(
@@ -445,7 +504,7 @@ pub fn report(report: &mut Report, measured: &Measured) {
     ]);
     for row in &measured.throughput {
         table.row(vec![
-            row.variant.label().to_owned(),
+            row.variant.label(),
             format!("{:.0}", row.jobs_per_s),
             format!(
                 "{} [{} - {}]",
@@ -462,7 +521,7 @@ pub fn report(report: &mut Report, measured: &Measured) {
     if let Some(notifier) = measured
         .throughput
         .iter()
-        .find(|r| r.variant == Enqueue::Lead)
+        .find(|r| r.variant == Enqueue::LeadInTransaction(SHIPPED_INSIDE_MS))
     {
         let r = quantile(&notifier.paired, 0.5);
         report.verdict(

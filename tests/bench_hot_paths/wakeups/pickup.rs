@@ -141,7 +141,11 @@ impl Cell {
             }
             System::Product(schema)
         };
-        let producer = Producer::start(&system).await;
+        let inside = match variant {
+            Pickup::LeadInTransaction(every) => Duration::from_millis(every),
+            _ => Duration::MAX,
+        };
+        let producer = Producer::start(&system, inside).await;
         Self {
             variant,
             load,
@@ -224,12 +228,6 @@ enum Producer {
     Product {
         session: Session,
         notifier: Notifier,
-        /// `BEGIN`, the enqueue, a plain notify and `COMMIT`, prepared on
-        /// the session's connection, for the candidate's one round trip.
-        begin: tokio_postgres::Statement,
-        enqueue: tokio_postgres::Statement,
-        commit: tokio_postgres::Statement,
-        notify: tokio_postgres::Statement,
     },
     Graphile {
         conn: Conn,
@@ -238,7 +236,7 @@ enum Producer {
 }
 
 impl Producer {
-    async fn start(system: &System) -> Self {
+    async fn start(system: &System, inside: Duration) -> Self {
         match system {
             System::Product(schema) => {
                 let session = Session::new(harness::connect().await, schema.clone());
@@ -246,37 +244,10 @@ impl Producer {
                     .prepare_all()
                     .await
                     .unwrap_or_else(|e| panic!("prepare: {e}"));
-                let notifier = Notifier::start(direct(), schema.clone(), INTERVAL)
+                let notifier = Notifier::start_with(direct(), schema.clone(), INTERVAL, inside)
                     .await
                     .unwrap_or_else(|e| panic!("notifier: {e}"));
-                let prepare = |sql: String, types: Vec<tokio_postgres::types::Type>| {
-                    let client = session.client();
-                    async move {
-                        client
-                            .prepare_typed(&sql, &types)
-                            .await
-                            .unwrap_or_else(|e| panic!("{}", db_error(&sql, &e)))
-                    }
-                };
-                let sample = jobs::enqueue(schema, &job(0, Vec::new()), 0);
-                let enqueue = prepare(sample.sql().to_owned(), sample.param_types()).await;
-                let (begin, commit, notify) = (
-                    prepare("BEGIN".to_owned(), Vec::new()).await,
-                    prepare("COMMIT".to_owned(), Vec::new()).await,
-                    prepare(
-                        "SELECT pg_catalog.pg_notify($1, '')".to_owned(),
-                        vec![tokio_postgres::types::Type::TEXT],
-                    )
-                    .await,
-                );
-                Producer::Product {
-                    session,
-                    notifier,
-                    begin,
-                    enqueue,
-                    commit,
-                    notify,
-                }
+                Producer::Product { session, notifier }
             }
             System::Graphile(sql, _) => Producer::Graphile {
                 conn: Conn::open().await,
@@ -290,57 +261,29 @@ impl Producer {
     /// commit was known (the enqueue's own result).
     async fn enqueue(&mut self, variant: Pickup, n: usize) -> (i64, Instant) {
         match self {
-            Producer::Product {
-                session,
-                notifier,
-                begin,
-                enqueue: prepared_enqueue,
-                commit,
-                notify,
-            } => {
+            Producer::Product { session, notifier } => {
                 let now = unix_now();
                 let job = job(now, format!("{{\"n\":{n}}}").into_bytes());
                 let enqueue = jobs::Enqueue { job: &job, now };
                 let lead = match variant {
-                    Pickup::Lead | Pickup::LeadGeneric | Pickup::LeadInTransaction => {
-                        notifier.lead(QUEUE)
-                    }
+                    Pickup::Lead | Pickup::LeadGeneric => notifier.lead(QUEUE),
                     _ => None,
                 };
+                if let Pickup::LeadInTransaction(_) = variant {
+                    // The library's path; its answer is the COMMIT's (the
+                    // notify inside) or the notify's (behind: later than the
+                    // enqueue's commit; none here, the jobs being 20 ms or
+                    // more apart).
+                    let id = notifier.run_and_wake(session, &enqueue, QUEUE).await;
+                    let id = id.unwrap_or_else(|e| panic!("enqueue: {e}"));
+                    return (id, Instant::now());
+                }
                 // What `Notifier::run_and_wake` sends, the commit stamped when
                 // the enqueue's own result arrives, before the notify's.
                 let (id, committed) = match lead {
                     None => {
                         let id = session.run(&enqueue).await;
                         (id, Instant::now())
-                    }
-                    Some(channel) if variant == Pickup::LeadInTransaction => {
-                        // Sent in this order in one round trip; the commit is
-                        // the COMMIT's result.
-                        let client = session.client();
-                        let name = channel.as_str();
-                        let statement = jobs::enqueue(session.schema(), &job, now);
-                        let args = statement.args();
-                        let (began, id, notified, committed) = futures_util::future::join4(
-                            client.query(&*begin, &[]),
-                            client.query(&*prepared_enqueue, &args),
-                            client.query(&*notify, &[&name]),
-                            async {
-                                let done = client.query(&*commit, &[]).await;
-                                (done, Instant::now())
-                            },
-                        )
-                        .await;
-                        for result in [began.map(drop), notified.map(drop), committed.0.map(drop)] {
-                            result.unwrap_or_else(|e| panic!("{}", db_error("enqueue in tx", &e)));
-                        }
-                        let rows =
-                            id.unwrap_or_else(|e| panic!("{}", db_error("enqueue in tx", &e)));
-                        let id: i64 = rows
-                            .first()
-                            .map(|row| row.get(0))
-                            .unwrap_or_else(|| panic!("the enqueue returned no id"));
-                        (Ok(id), committed.1)
                     }
                     Some(channel) => {
                         let enqueued = async {

@@ -70,11 +70,10 @@ impl Executor<'_> {
             return Ok(0);
         };
         let mut changed = 0;
-        let prepared = self
-            .client
-            .prepare(&batch.sql)
-            .await
-            .map_err(|e| (e, None))?;
+        // Prepared with the first batch, inside its retry: parsing the
+        // UPDATE takes its ROW EXCLUSIVE lock already, so a wait there is
+        // bounded and retried as a batch's is.
+        let mut prepared: Option<tokio_postgres::Statement> = None;
         let size = i64::from(self.options.batch_size.max(1));
         let mut lo = min;
         let mut attempt = 1;
@@ -84,7 +83,18 @@ impl Executor<'_> {
             let values = batch.values(lo, hi, unix_now());
             let params: Vec<&(dyn ToSql + Sync)> =
                 values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            match self.client.execute(&prepared, &params).await {
+            let ran = match &prepared {
+                Some(statement) => self.client.execute(statement, &params).await,
+                None => match self.client.prepare(&batch.sql).await {
+                    Ok(statement) => {
+                        let ran = self.client.execute(&statement, &params).await;
+                        prepared = Some(statement);
+                        ran
+                    }
+                    Err(err) => Err(err),
+                },
+            };
+            match ran {
                 Ok(rows) => {
                     attempt = 1;
                     started = Instant::now();

@@ -23,9 +23,9 @@ use crate::error::{
 };
 use crate::options::Bounds;
 use crate::options::Options;
-use crate::versions::done::done;
+use crate::versions::done::leg_done;
 use crate::versions::sql::drop_index;
-use crate::versions::{Phase, Record, Step, Wait, Work};
+use crate::versions::{Phase, Record, Step, StepLeg, Wait, Work};
 
 pub(super) use lock::UpgradeLock;
 
@@ -327,16 +327,18 @@ impl Backend for Executor<'_> {
         Ok(())
     }
 
-    async fn step(
-        &mut self,
-        step: &Step,
-        index: usize,
-        of: usize,
-        work: &Work,
-    ) -> Result<(), Error> {
+    async fn step(&mut self, leg: &StepLeg) -> Result<(), Error> {
+        let StepLeg {
+            step,
+            index,
+            of,
+            work,
+            ..
+        } = leg;
+        let (index, of) = (*index, *of);
         self.lock.verify(self.client).await?;
         let live = catalog::read(self.client, self.schema, &self.catalog).await?;
-        if done(step, &live) {
+        if leg_done(leg, &live) {
             self.done.steps_skipped += 1;
             (self.progress)(&Progress::StepSkipped { step: step.clone() });
             return Ok(());
