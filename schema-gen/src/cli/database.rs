@@ -14,7 +14,7 @@ use super::{EXIT_DRIFT, connection, layout, report, write_out};
 use crate::bootstrap::{Outcome, bootstrap_with};
 use crate::check::{ForeignPolicy, Status, status_for};
 use crate::connect::Environment;
-use crate::error::ErrorKind;
+use crate::error::{Error, ErrorKind};
 use crate::grants::{audit::Roles, role_name};
 use crate::options::MAX_LOCK_TIMEOUT;
 use crate::options::Options;
@@ -215,18 +215,7 @@ pub(super) fn run(
             }
         }
         Err(err) => {
-            if let ErrorKind::Drift {
-                differences,
-                nearest,
-                ..
-            } = err.kind()
-            {
-                let refusal = Refusal {
-                    schema: &schema,
-                    differences,
-                    nearest: *nearest,
-                    command: "apply",
-                };
+            if let Some(refusal) = Refusal::of(&err, &schema, "apply") {
                 return refusal.print(json, stdout, stderr);
             }
             return Failure::from_error(&err)
@@ -270,7 +259,28 @@ pub(super) struct Refusal<'a> {
     pub(super) command: &'static str,
 }
 
-impl Refusal<'_> {
+impl<'a> Refusal<'a> {
+    /// The refusal `err` carries, when it is a drift refusal of `command`.
+    pub(super) fn of(
+        err: &'a Error,
+        schema: &'a SchemaName,
+        command: &'static str,
+    ) -> Option<Self> {
+        match err.kind() {
+            ErrorKind::Drift {
+                differences,
+                nearest,
+                ..
+            } => Some(Refusal {
+                schema,
+                differences,
+                nearest: *nearest,
+                command,
+            }),
+            _ => None,
+        }
+    }
+
     /// The differences on stderr (text), or the JSON report on stdout, and
     /// the drift exit code.
     pub(super) fn print(

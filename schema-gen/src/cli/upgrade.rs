@@ -15,7 +15,6 @@ use super::database::{Refusal, ReportFormat, parse_lock_timeout};
 use super::failure::Failure;
 use super::{connection, layout, report, write_out};
 use crate::connect::Environment;
-use crate::error::ErrorKind;
 use crate::upgrade::{self, DryRun, Progress, Span, Step, UpgradeOptions, UpgradeOutcome};
 
 /// The arguments of `upgrade`.
@@ -172,18 +171,7 @@ pub(super) fn run(
         }),
         Ok(Done::Ran(outcome)) => format!("{}\n", outcome.message()),
         Err(err) => {
-            if let ErrorKind::Drift {
-                differences,
-                nearest,
-                ..
-            } = err.kind()
-            {
-                let refusal = Refusal {
-                    schema: &schema,
-                    differences,
-                    nearest: *nearest,
-                    command: "upgrade",
-                };
+            if let Some(refusal) = Refusal::of(&err, &schema, "upgrade") {
                 return refusal.print(json, stdout, stderr);
             }
             return Failure::from_error(&err)

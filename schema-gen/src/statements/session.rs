@@ -430,6 +430,21 @@ impl<C: Connection> Session<C> {
         };
         // Behind a transaction pooler two requests in flight at once are not
         // safe, so the two run in one transaction, sent together.
+        self.pair_in_one_transaction(first, second).await
+    }
+
+    /// `BEGIN`, `first`, `second`, `COMMIT`, sent together: one transaction
+    /// in one round trip. The statements must be prepared already where the
+    /// mode prepares them, so the four go out in that order.
+    async fn pair_in_one_transaction<A, B>(
+        &self,
+        first: &A,
+        second: &B,
+    ) -> Result<(Output<A>, Output<B>), StatementError>
+    where
+        A: Call + Sync,
+        B: Call + Sync,
+    {
         let driver = self.client.driver();
         let (begun, first, second, ended) = futures_util::future::join4(
             driver.batch_execute("BEGIN"),
@@ -556,18 +571,7 @@ impl Session<Client> {
                 .map_err(|e| StatementError::from_driver(text.name, e))?;
             }
         }
-        let driver = &self.client;
-        let (begun, first, second, ended) = futures_util::future::join4(
-            driver.batch_execute("BEGIN"),
-            self.run_now(first),
-            self.run_now(second),
-            driver.batch_execute("COMMIT"),
-        )
-        .await;
-        begun.map_err(|e| StatementError::from_driver("begin", e))?;
-        let (first, second) = (first?, second?);
-        ended.map_err(|e| StatementError::from_driver("commit", e))?;
-        Ok((first, second))
+        self.pair_in_one_transaction(first, second).await
     }
 
     /// Starts a transaction on this session's connection: a session that
