@@ -30,7 +30,7 @@ pub struct LiveSession {
     pub query: Option<String>,
 }
 
-/// The question [`sessions`] asks (after its bounds, which pin the search
+/// The question `sessions` asks (after its bounds, which pin the search
 /// path): one JSON array of [`LiveSession`]s.
 ///
 /// ```

@@ -35,7 +35,7 @@ pub struct UpgradeArgs {
     #[arg(long)]
     pub contract: bool,
     /// With --contract: run it even while engines of older versions are
-    /// connected (found by their application_name, alkstore-engine/<release>,
+    /// connected (found by their application_name, `alkstore-engine/<release>`,
     /// or by their last statement); their statements fail from then on,
     /// enqueues included. Without it the contract refuses, naming them.
     #[arg(long, requires = "contract")]
