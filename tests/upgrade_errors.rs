@@ -503,16 +503,7 @@ async fn an_interrupted_upgrade_says_what_stays_done() {
             let _ = cut.send(());
         }
     });
-    let mut steps = 0;
-    let mut progress = move |event: &Progress| {
-        if let Progress::StepDone { .. } = event {
-            steps += 1;
-            if steps == 2 {
-                let _ = second_done.send(());
-                let _ = wait_for_cut.recv_timeout(Duration::from_secs(60));
-            }
-        }
-    };
+    let mut progress = harness::upgrade::pause_after_step(2, second_done, wait_for_cut);
     let err = upgrade::upgrade(
         &mut upgrader,
         &schema,

@@ -8,7 +8,6 @@
 
 use std::process::ExitCode;
 use std::sync::mpsc;
-use std::time::Duration;
 
 use harness::dump::dump_schema;
 use harness::history::create_version;
@@ -217,16 +216,7 @@ async fn a_pooled_upgrade_the_probe_missed_stops_when_its_session_changes() {
         }
         (other, pid)
     });
-    let mut steps = 0;
-    let mut progress = move |event: &Progress| {
-        if let Progress::StepDone { .. } = event {
-            steps += 1;
-            if steps == 1 {
-                let _ = first_done.send(());
-                let _ = wait_for_other.recv_timeout(Duration::from_secs(60));
-            }
-        }
-    };
+    let mut progress = harness::upgrade::pause_after_step(1, first_done, wait_for_other);
     let err = upgrade::upgrade(
         &mut upgrader,
         &schema,

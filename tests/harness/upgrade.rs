@@ -194,6 +194,26 @@ impl Recorder {
     }
 }
 
+/// A progress callback that, once `step` steps are done, says so on
+/// `reached` and holds the upgrade there until `resume` answers (at most
+/// 60 s): the test does something to the database between two steps.
+pub fn pause_after_step<T>(
+    step: usize,
+    reached: tokio::sync::mpsc::UnboundedSender<()>,
+    resume: mpsc::Receiver<T>,
+) -> impl FnMut(&Progress) {
+    let mut steps = 0;
+    move |event: &Progress| {
+        if let Progress::StepDone { .. } = event {
+            steps += 1;
+            if steps == step {
+                let _ = reached.send(());
+                let _ = resume.recv_timeout(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
 type Reply = mpsc::Sender<Result<Vec<Vec<Option<String>>>, String>>;
 
 /// A database session on a thread (and tokio runtime) of its own, driven
