@@ -128,7 +128,7 @@ fn database_url_is_the_fallback_and_the_flag_wins() {
 #[test]
 fn with_nothing_set_libpqs_default_socket_is_tried() {
     // A port no server has a socket for, so the attempt fails whatever runs
-    // on this machine; tests/pg_conninfo.rs connects there beside psql.
+    // on this machine; tests/pg_conninfo/ connects there beside psql.
     let port = free_port().to_string();
     let os_user = String::from_utf8_lossy(
         &Command::new("id")

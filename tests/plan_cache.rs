@@ -9,7 +9,7 @@
 //! and planning was up to half the claim path's time (BENCHMARKS.md,
 //! "Where the claim path's time goes").
 //!
-//! The generic plans themselves are proven bounded by `tests/hot_paths.rs`
+//! The generic plans themselves are proven bounded by `tests/hot_paths/`
 //! (index, no sort, buffers flat at scale, on the hostile mixes).
 
 use harness::engine::engine_schema;

@@ -33,10 +33,12 @@
 //!   sent unnamed (`query_typed`: Parse, Bind, Execute each time), as a
 //!   session behind pgbouncer's transaction pooling must; the plan cache
 //!   cannot help there at all: every execution is parsed and planned;
-//! - *promote once a second*: the session pipelines `promote` before its
-//!   claim only when its last promote is a second old or more (a timer in
-//!   the engine, as River's scheduler and Oban's stager run theirs), so most
-//!   claims are one statement;
+//! - *before: promote before every claim*: the claim path as the product
+//!   sent it until `Session::claim` paced promote (the product now promotes
+//!   on a queue's first claim of each unix second, and after a promote that
+//!   filled its limit: `jobs::PromotePacer`, so most claims are one
+//!   statement; this candidate was *promote once a second* until it
+//!   measured better and shipped);
 //! - index work and row width: without `jobs_claim_expiry_idx` (one index
 //!   entry fewer per claim), `RETURNING id, payload, attempts`;
 //! - *ack in the next claim*: a worker acks the jobs it finished in the
@@ -51,8 +53,7 @@
 //! generic plan is a merge join over the whole pkey (measured here: 1.4 to
 //! 360 ms per claim at 1M jobs).
 
-use std::time::{Duration, Instant};
-
+use schema_gen::statements::jobs::PromotePacer;
 use schema_model::SchemaName;
 use tokio_postgres::types::Type;
 
@@ -77,9 +78,9 @@ pub enum Cand {
     /// their estimated parameters (plain `$n`, `LIMIT $n`): the plan cache
     /// builds a custom plan on every call.
     Plain,
-    /// The product's statements, promote pipelined at most once a second
-    /// per session.
-    PromoteEvery,
+    /// Before: the product's statements, promote pipelined before every
+    /// claim (as the product did until it paced promote).
+    PromoteAlways,
     /// The product's promote, its claim returning only `id, payload,
     /// attempts`.
     Narrow,
@@ -90,9 +91,9 @@ pub enum Cand {
     Unnamed,
     /// [`Cand::Plain`] sent unnamed (before, behind a pooler).
     PlainUnnamed,
-    /// [`Cand::PromoteEvery`] sent unnamed.
-    PromoteEveryUnnamed,
-    /// [`Cand::PromoteEvery`], the jobs a worker finished acked in the
+    /// [`Cand::PromoteAlways`] sent unnamed.
+    PromoteAlwaysUnnamed,
+    /// [`Cand::PromoteAlways`], the jobs a worker finished acked in the
     /// statement that claims its next ones.
     AckInClaim,
     /// `SELECT 1`: one round trip and nothing else.
@@ -105,12 +106,12 @@ pub const CANDS: [Cand; 12] = [
     Cand::LocalGeneric,
     Cand::LiteralLimit,
     Cand::Plain,
-    Cand::PromoteEvery,
+    Cand::PromoteAlways,
     Cand::Narrow,
     Cand::NoExpiryIndex,
     Cand::Unnamed,
     Cand::PlainUnnamed,
-    Cand::PromoteEveryUnnamed,
+    Cand::PromoteAlwaysUnnamed,
     Cand::AckInClaim,
     Cand::RoundTrip,
 ];
@@ -119,10 +120,7 @@ pub const CANDS: [Cand; 12] = [
 /// the product and the peers unless `ALKSTORE_BENCH_LOOP_CANDS` names others
 /// (`none` for none): what would ship, on a direct connection and behind a
 /// pooler.
-pub const LOOP_CANDS: [Cand; 3] = [Cand::Plain, Cand::PromoteEvery, Cand::AckInClaim];
-
-/// How often a promote-once-a-second session promotes.
-pub const PROMOTE_EVERY: Duration = Duration::from_secs(1);
+pub const LOOP_CANDS: [Cand; 3] = [Cand::PromoteAlways, Cand::Plain, Cand::AckInClaim];
 
 impl Cand {
     pub fn label(self) -> &'static str {
@@ -131,13 +129,13 @@ impl Cand {
             Cand::LocalGeneric => "cand: BEGIN; SET LOCAL plan_cache_mode ...; COMMIT",
             Cand::LiteralLimit => "cand: claim with a literal LIMIT",
             Cand::Plain => "before: plain placeholders (custom plan every call)",
-            Cand::PromoteEvery => "cand: promote once a second",
+            Cand::PromoteAlways => "before: promote before every claim",
             Cand::Narrow => "cand: RETURNING id, payload, attempts",
             Cand::NoExpiryIndex => "cand: no jobs_claim_expiry_idx",
             Cand::Unnamed => "product, unnamed (behind a pooler)",
             Cand::PlainUnnamed => "before: plain placeholders, unnamed",
-            Cand::PromoteEveryUnnamed => "cand: unnamed, promote once a second",
-            Cand::AckInClaim => "cand: promote once a second, ack in the next claim",
+            Cand::PromoteAlwaysUnnamed => "before: unnamed, promote before every claim",
+            Cand::AckInClaim => "cand: ack in the next claim",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
@@ -149,12 +147,12 @@ impl Cand {
             Cand::LocalGeneric => "local-generic",
             Cand::LiteralLimit => "literal-limit",
             Cand::Plain => "plain",
-            Cand::PromoteEvery => "promote-every",
+            Cand::PromoteAlways => "promote-always",
             Cand::Narrow => "narrow",
             Cand::NoExpiryIndex => "no-expiry-index",
             Cand::Unnamed => "unnamed",
             Cand::PlainUnnamed => "plain-unnamed",
-            Cand::PromoteEveryUnnamed => "promote-every-unnamed",
+            Cand::PromoteAlwaysUnnamed => "promote-always-unnamed",
             Cand::AckInClaim => "ack-in-claim",
             Cand::RoundTrip => "round-trip",
         }
@@ -176,7 +174,7 @@ impl Cand {
     pub fn unnamed(self) -> bool {
         matches!(
             self,
-            Cand::Unnamed | Cand::PlainUnnamed | Cand::PromoteEveryUnnamed
+            Cand::Unnamed | Cand::PlainUnnamed | Cand::PromoteAlwaysUnnamed
         )
     }
 
@@ -188,15 +186,14 @@ impl Cand {
         }
     }
 
-    /// How often a session pipelines promote before its claim (`None`:
-    /// before every claim, as the product does).
-    pub fn promote_every(self) -> Option<Duration> {
-        match self {
-            Cand::PromoteEvery | Cand::PromoteEveryUnnamed | Cand::AckInClaim => {
-                Some(PROMOTE_EVERY)
-            }
-            _ => None,
-        }
+    /// Whether its sessions promote as the product's session does (its
+    /// [`PromotePacer`](schema_gen::statements::jobs::PromotePacer)): every
+    /// candidate but the `before` rows, which promote before every claim.
+    pub fn paced(self) -> bool {
+        !matches!(
+            self,
+            Cand::Plain | Cand::PlainUnnamed | Cand::PromoteAlways | Cand::PromoteAlwaysUnnamed
+        )
     }
 
     /// Whether the path claims anything (`SELECT 1` does not).
@@ -283,9 +280,9 @@ impl Cand {
         match self {
             Cand::SessionGeneric
             | Cand::Unnamed
-            | Cand::PromoteEvery
+            | Cand::PromoteAlways
             | Cand::NoExpiryIndex
-            | Cand::PromoteEveryUnnamed => ClaimPath::last(product_path()),
+            | Cand::PromoteAlwaysUnnamed => ClaimPath::last(product_path()),
             Cand::LocalGeneric => {
                 let mut stmts = vec![
                     Stmt::Utility("BEGIN"),
@@ -328,29 +325,38 @@ impl Cand {
     }
 }
 
-/// Decides, claim by claim, whether a session pipelines promote first.
+/// Decides, claim by claim, whether a session pipelines promote first: the
+/// product's [`PromotePacer`] (as `Session::claim` consults it) when paced,
+/// else always.
 pub struct PromoteClock {
-    every: Option<Duration>,
-    last: Option<Instant>,
+    pacer: Option<PromotePacer>,
 }
 
 impl PromoteClock {
-    pub fn new(every: Option<Duration>) -> Self {
-        Self { every, last: None }
+    pub fn new(paced: bool) -> Self {
+        Self {
+            pacer: paced.then(PromotePacer::default),
+        }
     }
 
-    /// Whether this claim promotes first (always without a period).
-    pub fn due(&mut self) -> bool {
-        let Some(every) = self.every else {
+    /// Whether this claim, at the unix second `now`, promotes first. The
+    /// benchmark reads no promote's row count, so a promote is taken to
+    /// leave nothing due (true of every mix here: its jobs are due at
+    /// enqueue, or not before the run ends).
+    pub fn due(&mut self, now: i64) -> bool {
+        let Some(pacer) = &self.pacer else {
             return true;
         };
-        if self.last.is_some_and(|last| last.elapsed() < every) {
-            return false;
+        let due = pacer.promote_first(BENCH_QUEUE_KEY, now);
+        if due {
+            pacer.promoted(BENCH_QUEUE_KEY, now, 0, u32::MAX);
         }
-        self.last = Some(Instant::now());
-        true
+        due
     }
 }
+
+/// Each session of the benchmark claims from one queue.
+const BENCH_QUEUE_KEY: &str = "bench";
 
 /// The whole job row, as the product's claim returns it.
 const FULL_ROW: &str = "id, queue, payload, priority, run_at, expires_at, enqueued_at, \

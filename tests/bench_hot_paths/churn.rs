@@ -158,7 +158,7 @@ impl Worker for ChurnWorker {
         self.n += 1;
         let n = self.n;
         let claim_started = Instant::now();
-        let claim = product::claim_path(&self.schema, CHURN_QUEUE, now, &self.worker, 1);
+        let claim = product::claim_path(&self.schema, CHURN_QUEUE, now, &self.worker, 1, true);
         let rows = self
             .conn
             .pipeline(&claim)
@@ -290,7 +290,7 @@ async fn claim_buffers(
 ) -> (u64, Vec<u64>) {
     let work = explainer
         .median(
-            || product::claim_path(schema, CHURN_QUEUE, unix_now(), "bench-explain", 1),
+            || product::claim_path(schema, CHURN_QUEUE, unix_now(), "bench-explain", 1, true),
             warmup,
             runs,
         )

@@ -328,7 +328,9 @@ impl Design {
         limit: i64,
     ) -> Vec<Stmt> {
         match self {
-            Design::Product => product::claim_path(schema, queue, now, worker, limit),
+            // With its promote, as the first claim of each second runs it: the
+            // part measures the path at its largest.
+            Design::Product => product::claim_path(schema, queue, now, worker, limit, true),
             Design::Base => vec![base_claim(schema.as_str(), queue, now, worker, limit)],
             Design::SkipScan => vec![skip_scan_claim(schema.as_str(), queue, now, worker, limit)],
         }

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_postgres::Client;
 
-use crate::candidates::PromoteClock;
 use crate::designs::{self, NORMAL};
 use crate::explain::Explainer;
 use crate::latency::{Recorder, ms};
@@ -183,7 +182,6 @@ async fn run_one(
 
     // The controller: the hold, and one sample per interval.
     let mut explainer = Explainer::open().await;
-    let mut clock = PromoteClock::new(system.promote_every());
     let holder = harness::connect().await;
     let hold_at = scale.held_before;
     let release_at = scale.held_before + scale.held_hold;
@@ -196,9 +194,8 @@ async fn run_one(
         tokio::time::sleep(next.saturating_sub(started.elapsed())).await;
         let buffers = explainer
             .path(
-                &system
-                    .claim(unix_now(), "bench-explain", 1, clock.due())
-                    .stmts,
+                // With its promote, as the first claim of each second runs it.
+                &system.claim(unix_now(), "bench-explain", 1, true).stmts,
             )
             .await
             .unwrap_or_else(|e| panic!("held snapshot EXPLAIN: {e}"))

@@ -95,7 +95,7 @@ impl LoopWorker {
             n: 0,
             latency: Recorder::new(),
             claims: claims.clone(),
-            promote: PromoteClock::new(system.promote_every()),
+            promote: PromoteClock::new(system.paced()),
             enqueue,
             drained: false,
             unacked: Vec::new(),
@@ -123,7 +123,8 @@ impl LoopWorker {
     /// this step's transaction as a deadlock's victim (counted in
     /// `deadlocks`; nothing was claimed, the step can be run again).
     pub async fn claim_and_finish(&mut self) -> Result<Option<(u64, Duration)>, String> {
-        let (now, limit, promote) = (unix_now(), self.batch as i64, self.promote.due());
+        let (now, limit) = (unix_now(), self.batch as i64);
+        let promote = self.promote.due(now);
         let path = if self.system.acks_in_claim() {
             self.system
                 .claim_acking(now, &self.worker, limit, promote, &self.unacked)
@@ -364,12 +365,9 @@ async fn run_group(
     let mut out = Vec::new();
     for r in runners {
         let latency = Recorder::merged(&r.workers, |w| &w.latency);
-        let path = r.system.claim(
-            unix_now(),
-            "x",
-            batch as i64,
-            r.system.promote_every().is_none(),
-        );
+        let path = r
+            .system
+            .claim(unix_now(), "x", batch as i64, !r.system.paced());
         let statements = usize::from(shape == Shape::Steady)
             + path.statements()
             + usize::from(!matches!(*r.system, System::Floor(_)) && !r.system.acks_in_claim());

@@ -12,9 +12,9 @@ use crate::pool::Stmt;
 /// What the claim path is called in the report.
 pub const LABEL: &str = "(b) product: ready/scheduled split";
 
-/// Jobs one promotion makes ready at most, per job claimed: the statement's
-/// docs advise a limit well above the claim's batch, so promotion keeps ahead.
-pub const PROMOTE_PER_CLAIMED: u32 = 10;
+/// Jobs one promotion makes ready at most, per job claimed: the product's
+/// own factor (`Session::claim` uses it).
+pub use jobs::PROMOTE_PER_CLAIMED;
 
 /// Creates the product's schema as the engine does at open.
 pub async fn create(admin: &mut tokio_postgres::Client, schema: &SchemaName) {
@@ -31,19 +31,21 @@ pub fn seed_extra() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The statements one claim of up to `limit` jobs runs, in the product's
-/// order ([`CLAIM_PATH`]).
+/// order ([`CLAIM_PATH`]); `promote`: whether this claim promotes first, as
+/// the product's `Session::claim` decides (`candidates::PromoteClock`).
 pub fn claim_path(
     schema: &SchemaName,
     queue: &str,
     now: i64,
     worker: &str,
     limit: i64,
+    promote: bool,
 ) -> Vec<Stmt> {
     CLAIM_PATH
         .iter()
-        .map(|step| match *step {
-            "promote" => promote(schema, queue, now, limit),
-            "claim" => claim(schema, queue, now, worker, limit),
+        .filter_map(|step| match *step {
+            "promote" => promote.then(|| self::promote(schema, queue, now, limit)),
+            "claim" => Some(claim(schema, queue, now, worker, limit)),
             other => {
                 panic!("the product's claim path has a step the benchmark does not know: {other}")
             }

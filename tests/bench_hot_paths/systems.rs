@@ -271,9 +271,9 @@ impl System {
     /// product and the peers ignore it: they always do what they do).
     pub fn claim(&self, now: i64, worker: &str, limit: i64, promote: bool) -> ClaimPath {
         match self {
-            System::Product(schema) => {
-                ClaimPath::last(product::claim_path(schema, QUEUE, now, worker, limit))
-            }
+            System::Product(schema) => ClaimPath::last(product::claim_path(
+                schema, QUEUE, now, worker, limit, promote,
+            )),
             System::Cand(c, schema) => c.path(schema, QUEUE, now, worker, limit, promote),
             System::Floor(schema) => {
                 let next = format!(
@@ -466,11 +466,13 @@ impl System {
         }
     }
 
-    /// How often a session promotes (see [`crate::candidates::PromoteClock`]).
-    pub fn promote_every(&self) -> Option<std::time::Duration> {
+    /// Whether its sessions promote as the product's session does (see
+    /// [`crate::candidates::PromoteClock`]); the product's do.
+    pub fn paced(&self) -> bool {
         match self {
-            System::Cand(c, _) => c.promote_every(),
-            _ => None,
+            System::Product(_) => true,
+            System::Cand(c, _) => c.paced(),
+            _ => false,
         }
     }
 }

@@ -39,16 +39,17 @@ impl ClaimWorker {
             system: system.clone(),
             worker,
             latency: Recorder::new(),
-            promote: PromoteClock::new(system.promote_every()),
+            promote: PromoteClock::new(system.paced()),
         }
     }
 }
 
 impl Worker for ClaimWorker {
     async fn step(&mut self) -> Result<u64, String> {
+        let now = unix_now();
         let path = self
             .system
-            .claim(unix_now(), &self.worker, 1, self.promote.due());
+            .claim(now, &self.worker, 1, self.promote.due(now));
         self.conn
             .prepare_all(&path.stmts)
             .await
@@ -189,10 +190,10 @@ async fn claim_group(
             explainer = explainer.fresh();
         }
         let s = system.clone();
-        let mut clock = PromoteClock::new(system.promote_every());
         let work = explainer
             .median(
-                || s.claim(unix_now(), "bench-explain", 1, clock.due()).stmts,
+                // With its promote, as the first claim of each second runs it.
+                || s.claim(unix_now(), "bench-explain", 1, true).stmts,
                 scale.explain_warmup,
                 scale.explain_runs,
             )
@@ -299,8 +300,9 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
     report.heading("Claim beside the floor and the peers");
     report.para(&format!(
         "One claim of one job, each client on its own connection, statements prepared; the \
-         product's claim path pipelined as the engine sends it (promote, then claim, one round \
-         trip). Every system on its own table of the same jobs, seeded alike; all cells of a \
+         product's claim path as `Session::claim` sends it (promote pipelined before the claim, \
+         one round trip, on the first claim of each second; the claim alone otherwise), its \
+         EXPLAIN with the promote. Every system on its own table of the same jobs, seeded alike; all cells of a \
          table group measured in {} interleaved rounds. `off`/`on`: the clients' \
          `synchronous_commit`. Buffers: EXPLAIN (ANALYZE, BUFFERS) of the prepared statements, \
          median of {} runs after {} that settle the plan cache; server ms: that run's `Execution Time` summed over the path's \

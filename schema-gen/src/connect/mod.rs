@@ -29,7 +29,7 @@
 //! parsing (`conninfo.rs`), the service file (`service.rs`), the password
 //! file (`pgpass.rs`) and the precedence (`settings.rs`) are written after libpq's
 //! `fe-connect.c`, and the tests
-//! in `tests/pg_conninfo.rs` run psql on the same inputs and compare.
+//! in `tests/pg_conninfo/` run psql on the same inputs and compare.
 //!
 //! Where this differs from libpq, on purpose:
 //!

@@ -6,7 +6,7 @@
 //! Written here after libpq's `passwordFromFile` and `pwdfMatchesString`
 //! (PostgreSQL 15-17): the crates that parse this format either refuse lines
 //! libpq accepts, skip the permission rule, or lack the `localhost` rule for
-//! sockets (see [`super`]). `tests/pg_conninfo.rs` compares lookups with
+//! sockets (see [`super`]). `tests/pg_conninfo/` compares lookups with
 //! psql's.
 
 use std::path::{Path, PathBuf};

@@ -83,7 +83,7 @@
 //!   first entry of each index, like a poll of an empty queue. The price is
 //!   one more statement per poll (usually an index probe that finds nothing)
 //!   and one more write per scheduled job when it comes due. Measured by
-//!   `tests/hot_paths.rs` at 20k and 400k jobs, 100k of them not yet due at
+//!   `tests/hot_paths/` at 20k and 400k jobs, 100k of them not yet due at
 //!   a higher priority than the due ones: a claim of 10 touched 114 and 153
 //!   buffers (the old index: 178 and 1,435); a poll of a queue holding only
 //!   future jobs 4 and 6, the same as an empty queue (the old index: 27 and
@@ -181,12 +181,13 @@
 //!    per name, each value of its placeholder's wire type, a text that does
 //!    not depend on the values) and check that its call binds exactly its
 //!    statement's values; a `statement!` missing from the registry fails
-//!    them. `tests/hot_paths.rs` then asks for its plan proof (index,
-//!    buffers, no sort), `tests/citus.rs` for its routing, and the
+//!    them. `tests/hot_paths/` then asks for its plan proof (index,
+//!    buffers, no sort), `tests/citus/` for its routing, and the
 //!    `statements_sql`/`statements_json` snapshots show its text for review.
 
 mod binder;
 mod call;
+mod claim_path;
 mod connection;
 pub mod consumed_events;
 pub mod dead_jobs;
@@ -225,6 +226,8 @@ pub use schema_model::{
 #[cfg(doc)]
 use schema_model::{Layout, SchemaName};
 
-/// The statements one claim runs, in order: promote the queue's due jobs,
-/// then claim.
+/// The statements of the claim path, in order: promote the queue's due
+/// jobs, then claim. [`Session::claim`] runs both on a queue's first claim
+/// of each second (and after a promote that filled its limit), the claim
+/// alone otherwise ([`jobs::PromotePacer`]).
 pub const CLAIM_PATH: [&str; 2] = ["promote", "claim"];

@@ -14,6 +14,7 @@ use tokio_postgres::{Client, GenericClient, Row, RowStream, Transaction};
 use schema_model::{Layout, SchemaName};
 
 use super::connection::Prepared;
+use super::jobs::PromotePacer;
 use super::{Call, Connection, Output, Returns, Statement, StatementError, registry};
 
 /// How a session sends its statements to the server.
@@ -93,6 +94,8 @@ struct Shared {
     layout: Layout,
     mode: StatementMode,
     texts: RwLock<HashMap<&'static str, Arc<Text>>>,
+    /// When [`Session::claim`] promotes, for every session made here.
+    pacer: PromotePacer,
 }
 
 /// What the sessions of one engine share: the engine schema, its
@@ -127,6 +130,7 @@ impl Sessions {
                 layout: Layout::SingleServer,
                 mode: StatementMode::Prepared,
                 texts: RwLock::default(),
+                pacer: PromotePacer::default(),
             }),
         }
     }
@@ -149,6 +153,7 @@ impl Sessions {
             layout: self.shared.layout,
             mode: self.shared.mode,
             texts: RwLock::default(),
+            pacer: PromotePacer::default(),
         };
         change(&mut shared);
         Self {
@@ -182,6 +187,11 @@ impl Sessions {
     /// How the sessions send their statements.
     pub fn mode(&self) -> StatementMode {
         self.shared.mode
+    }
+
+    /// When the claim path of these sessions promotes.
+    pub(crate) fn pacer(&self) -> &PromotePacer {
+        &self.shared.pacer
     }
 
     /// The text of the statement `name`, rendering it with `statement` the
@@ -256,6 +266,11 @@ impl Sessions {
 /// of the caller's) the two do run in one transaction, `BEGIN`, promote,
 /// claim and `COMMIT` sent together, still one round trip: see "Behind a
 /// pooler"; a failed promote then rolls the claim back with it.
+///
+/// [`claim`](Self::claim) is this path as the engine runs it: the promote
+/// only on a queue's first claim of each second and after a promote that
+/// filled its limit ([`jobs::PromotePacer`](super::jobs::PromotePacer)),
+/// the claim alone otherwise.
 ///
 /// [`jobs::Promote`]: super::jobs::Promote
 /// [`jobs::Claim`]: super::jobs::Claim
@@ -424,6 +439,11 @@ impl<C: Connection> Session<C> {
         B: Call + Sync,
     {
         let Some(_turn) = self.turn().await else {
+            // Prepared beforehand, so each is sent as one Bind and Execute,
+            // in order: were only `second` prepared, its Execute would go
+            // out while `first` still waits for its Parse, and the server
+            // would run the claim before the promote.
+            self.prepare_in_order(first, second).await?;
             let (first, second) =
                 futures_util::future::join(self.run_now(first), self.run_now(second)).await;
             return Ok((first?, second?));
@@ -431,6 +451,31 @@ impl<C: Connection> Session<C> {
         // Behind a transaction pooler two requests in flight at once are not
         // safe, so the two run in one transaction, sent together.
         self.pair_in_one_transaction(first, second).await
+    }
+
+    /// In [`StatementMode::Prepared`], prepares `first` then `second` where
+    /// this physical connection has not yet (no round trip when both are).
+    async fn prepare_in_order<A, B>(&self, first: &A, second: &B) -> Result<(), StatementError>
+    where
+        A: Call + Sync,
+        B: Call + Sync,
+    {
+        if self.mode() != StatementMode::Prepared {
+            return Ok(());
+        }
+        let texts = [
+            self.sessions
+                .text(A::NAME, || first.statement(self.schema())),
+            self.sessions
+                .text(B::NAME, || second.statement(self.schema())),
+        ];
+        for text in &texts {
+            self.client
+                .prepare_cached(&self.prepared, text)
+                .await
+                .map_err(|e| StatementError::from_driver(text.name, e))?;
+        }
+        Ok(())
     }
 
     /// `BEGIN`, `first`, `second`, `COMMIT`, sent together: one transaction
@@ -554,23 +599,7 @@ impl Session<Client> {
         A: Call + Sync,
         B: Call + Sync,
     {
-        if self.mode() == StatementMode::Prepared {
-            let texts = [
-                self.sessions
-                    .text(A::NAME, || first.statement(self.schema())),
-                self.sessions
-                    .text(B::NAME, || second.statement(self.schema())),
-            ];
-            for text in &texts {
-                super::connection::sealed::Sealed::prepare_cached(
-                    &self.client,
-                    &self.prepared,
-                    text,
-                )
-                .await
-                .map_err(|e| StatementError::from_driver(text.name, e))?;
-            }
-        }
+        self.prepare_in_order(first, second).await?;
         self.pair_in_one_transaction(first, second).await
     }
 

@@ -48,7 +48,8 @@ impl Background {
                         conn.query(&enqueue)
                             .await
                             .unwrap_or_else(|e| panic!("{}", db_error("load enqueue", &e)));
-                        let path = crate::product::claim_path(&schema, "load", now, &worker, 1);
+                        let path =
+                            crate::product::claim_path(&schema, "load", now, &worker, 1, true);
                         let rows = conn
                             .pipeline(&path)
                             .await

@@ -6,7 +6,7 @@
 //! refuses libpq's TLS and password-file keywords (`sslrootcert`, `passfile`,
 //! `sslmode=verify-full`, ...) and names no key in its errors, and no
 //! maintained crate parses both forms with libpq's rules (see the module docs
-//! of [`super`]). `tests/pg_conninfo.rs` compares the outcome with psql's on
+//! of [`super`]). `tests/pg_conninfo/` compares the outcome with psql's on
 //! the same inputs.
 //!
 //! Errors never echo a password: a password's value, or text that an

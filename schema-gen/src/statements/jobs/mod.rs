@@ -18,18 +18,20 @@
 //! placeholders the cache replanned every call: `LIMIT $n`, estimated as a
 //! tenth of the table, made every custom plan look cheaper, and planning
 //! was about half the claim path's time (BENCHMARKS.md). The generic plan
-//! is the one `tests/hot_paths.rs` proves bounded on the hostile mixes. In
+//! is the one `tests/hot_paths/` proves bounded on the hostile mixes. In
 //! [`StatementMode::Unnamed`](crate::statements::StatementMode::Unnamed)
 //! the server plans every call whatever the text (it keeps no statement);
 //! the plan it builds is that same generic one.
 
 mod claim;
 mod enqueue;
+mod pacing;
 mod sweeps;
 mod verdicts;
 
 pub use claim::{Claim, Promote, claim, promote};
 pub use enqueue::{Enqueue, EnqueueMany, enqueue, enqueue_many};
+pub use pacing::{PROMOTE_PER_CLAIMED, PromotePacer};
 pub use sweeps::{
     EXPIRED, Expire, LAPSED_ON_LAST_ATTEMPT, Reap, ReapExhausted, Vacuum, expire, reap,
     reap_exhausted, vacuum,
