@@ -442,10 +442,25 @@ impl<C: Connection> Session<C> {
             // Prepared beforehand, so each is sent as one Bind and Execute,
             // in order: were only `second` prepared, its Execute would go
             // out while `first` still waits for its Parse, and the server
-            // would run the claim before the promote.
-            self.prepare_in_order(first, second).await?;
-            let (first, second) =
-                futures_util::future::join(self.run_now(first), self.run_now(second)).await;
+            // would run the claim before the promote. A statement that
+            // fails to prepare does not stop the other.
+            let first_ready = self.prepare_one(first).await;
+            let second_ready = self.prepare_one(second).await;
+            let (first, second) = futures_util::future::join(
+                async {
+                    match first_ready {
+                        Ok(()) => self.run_now(first).await,
+                        Err(error) => Err(error),
+                    }
+                },
+                async {
+                    match second_ready {
+                        Ok(()) => self.run_now(second).await,
+                        Err(error) => Err(error),
+                    }
+                },
+            )
+            .await;
             return Ok((first?, second?));
         };
         // Behind a transaction pooler two requests in flight at once are not
@@ -460,22 +475,24 @@ impl<C: Connection> Session<C> {
         A: Call + Sync,
         B: Call + Sync,
     {
+        self.prepare_one(first).await?;
+        self.prepare_one(second).await
+    }
+
+    /// In [`StatementMode::Prepared`], prepares `call`'s statement unless
+    /// this physical connection has already.
+    async fn prepare_one<Q: Call + Sync>(&self, call: &Q) -> Result<(), StatementError> {
         if self.mode() != StatementMode::Prepared {
             return Ok(());
         }
-        let texts = [
-            self.sessions
-                .text(A::NAME, || first.statement(self.schema())),
-            self.sessions
-                .text(B::NAME, || second.statement(self.schema())),
-        ];
-        for text in &texts {
-            self.client
-                .prepare_cached(&self.prepared, text)
-                .await
-                .map_err(|e| StatementError::from_driver(text.name, e))?;
-        }
-        Ok(())
+        let text = self
+            .sessions
+            .text(Q::NAME, || call.statement(self.schema()));
+        self.client
+            .prepare_cached(&self.prepared, &text)
+            .await
+            .map(drop)
+            .map_err(|e| StatementError::from_driver(Q::NAME, e))
     }
 
     /// `BEGIN`, `first`, `second`, `COMMIT`, sent together: one transaction
