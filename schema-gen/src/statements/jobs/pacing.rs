@@ -14,9 +14,9 @@ pub const PROMOTE_PER_CLAIMED: u32 = 10;
 /// that second made due; later claims in that second claim at once, one
 /// statement instead of two. Two cases promote again within the second: a
 /// promote that made `limit` jobs ready (more may be due), and one that
-/// failed (it records nothing). A job that an enqueuer with a clock behind the claimer's wrote
-/// not-ready with `run_at` at or before the claimer's `now` waits for the
-/// next second's promote (at most a second).
+/// failed (it records nothing). A job that an enqueuer with a clock behind
+/// the claimer's wrote not-ready with `run_at` at or before the claimer's
+/// `now` waits for the next second's promote (at most a second).
 ///
 /// Pure bookkeeping, no I/O; shared by the sessions of one
 /// [`Sessions`](crate::statements::Sessions), whose
@@ -33,6 +33,10 @@ pub const PROMOTE_PER_CLAIMED: u32 = 10;
 /// assert!(pacer.promote_first("mail", 101)); // the next second
 /// pacer.promoted("mail", 101, 10, 10); // full: more may be due
 /// assert!(pacer.promote_first("mail", 101));
+/// // A session whose clock is behind does not move a queue's second back.
+/// pacer.promoted("mail", 105, 1, 10);
+/// pacer.promoted("mail", 104, 1, 10);
+/// assert!(!pacer.promote_first("mail", 105));
 /// ```
 #[derive(Debug, Default)]
 pub struct PromotePacer {
