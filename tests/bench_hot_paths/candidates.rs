@@ -96,12 +96,19 @@ pub enum Cand {
     /// [`Cand::PromoteAlways`], the jobs a worker finished acked in the
     /// statement that claims its next ones.
     AckInClaim,
+    /// The product's promote, and its claim updating the picked rows by
+    /// `ctid` (a TID scan) instead of probing the primary key again.
+    Ctid,
+    /// [`Cand::Ctid`] on a copy of `jobs` without `jobs_claim_expiry_idx`:
+    /// the least a claim can write that still takes the job out of the
+    /// claim index (a reference: the lapsed-claim sweep reads that index).
+    CtidNoExpiryIndex,
     /// `SELECT 1`: one round trip and nothing else.
     RoundTrip,
 }
 
 /// Every candidate of the claim comparison, in the report's order.
-pub const CANDS: [Cand; 12] = [
+pub const CANDS: [Cand; 14] = [
     Cand::SessionGeneric,
     Cand::LocalGeneric,
     Cand::LiteralLimit,
@@ -113,6 +120,8 @@ pub const CANDS: [Cand; 12] = [
     Cand::PlainUnnamed,
     Cand::PromoteAlwaysUnnamed,
     Cand::AckInClaim,
+    Cand::Ctid,
+    Cand::CtidNoExpiryIndex,
     Cand::RoundTrip,
 ];
 
@@ -136,6 +145,8 @@ impl Cand {
             Cand::PlainUnnamed => "before: plain placeholders, unnamed",
             Cand::PromoteAlwaysUnnamed => "before: unnamed, promote before every claim",
             Cand::AckInClaim => "cand: ack in the next claim",
+            Cand::Ctid => "cand: claim updates by ctid",
+            Cand::CtidNoExpiryIndex => "ref: by ctid, no jobs_claim_expiry_idx (the sweep's index)",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
@@ -154,6 +165,8 @@ impl Cand {
             Cand::PlainUnnamed => "plain-unnamed",
             Cand::PromoteAlwaysUnnamed => "promote-always-unnamed",
             Cand::AckInClaim => "ack-in-claim",
+            Cand::Ctid => "ctid",
+            Cand::CtidNoExpiryIndex => "ctid-no-expiry-index",
             Cand::RoundTrip => "round-trip",
         }
     }
@@ -181,7 +194,7 @@ impl Cand {
     /// The product index this candidate's copy of `jobs` goes without.
     pub fn dropped_index(self) -> Option<&'static str> {
         match self {
-            Cand::NoExpiryIndex => Some("jobs_claim_expiry_idx"),
+            Cand::NoExpiryIndex | Cand::CtidNoExpiryIndex => Some("jobs_claim_expiry_idx"),
             _ => None,
         }
     }
@@ -320,6 +333,12 @@ impl Cand {
                 );
                 path
             }
+            Cand::Ctid | Cand::CtidNoExpiryIndex => {
+                let mut path = ClaimPath::last(product_path());
+                path.stmts[path.claim] =
+                    Stmt::typed(ctid_claim(s), claim_params(worker, now, queue, Some(limit)));
+                path
+            }
             Cand::RoundTrip => ClaimPath::last(vec![Stmt::new("SELECT 1 AS id", Vec::new())]),
         }
     }
@@ -414,6 +433,23 @@ pub fn narrow_claim(schema: &str) -> String {
          WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
          AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
          LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) RETURNING {NARROW_ROW}"
+    )
+}
+
+/// The product's claim (parameters hidden as it hides them) updating the
+/// rows its pick locked by `ctid`: a TID scan instead of a second probe of
+/// `jobs_pkey`. The pick holds each row's lock, so its `ctid` stays the
+/// row's until the update; a row whose newer version the statement's
+/// snapshot cannot see is left unclaimed (claims fewer, never a wrong one).
+/// `$1` worker, `$2` now, `$3` queue, `$4` limit.
+pub fn ctid_claim(schema: &str) -> String {
+    format!(
+        "UPDATE {schema}.jobs SET worker_id = $1, claimed_at = $2, \
+         claim_expires_at = $2 + visibility_timeout_s, attempts = attempts + 1 \
+         WHERE ctid = ANY(ARRAY(SELECT ctid FROM {schema}.jobs \
+         WHERE queue = (SELECT CAST($3 AS text)) AND claimed_at IS NULL AND ready \
+         AND run_at <= (SELECT CAST($2 AS bigint)) ORDER BY priority DESC, run_at, id \
+         LIMIT (SELECT CAST($4 AS bigint)) FOR UPDATE SKIP LOCKED)) RETURNING {FULL_ROW}"
     )
 }
 
