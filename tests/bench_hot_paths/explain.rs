@@ -1,5 +1,5 @@
 //! Buffers per call, from `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the
-//! very statement with its bound values: the shared buffers the executor
+//! very statement with its bound values (and its `WAL` counts): the shared buffers the executor
 //! touched (hit + read; planning excluded, as a prepared statement's would
 //! be), the indexes it used, the sort nodes it had and the rows it read and
 //! threw away.
@@ -27,6 +27,14 @@ pub struct Work {
     pub sorts: Vec<String>,
     /// Rows the statements returned.
     pub rows: u64,
+    /// WAL records the executor wrote (EXPLAIN's `WAL` option: heap and
+    /// index changes, not the commit record), summed.
+    pub wal_records: u64,
+    /// Full-page images among them (a page's first change after a
+    /// checkpoint), summed.
+    pub wal_fpi: u64,
+    /// WAL bytes the executor wrote (full-page images included), summed.
+    pub wal_bytes: u64,
     /// The server's execution time (EXPLAIN ANALYZE's `Execution Time`,
     /// which includes the commit-free part of the statement: triggers and
     /// the executor, not parse, plan, round trip or commit), in ms, summed.
@@ -49,6 +57,9 @@ impl Work {
         self.steps.push(other.buffers);
         self.rows_removed += other.rows_removed;
         self.rows += other.rows;
+        self.wal_records += other.wal_records;
+        self.wal_fpi += other.wal_fpi;
+        self.wal_bytes += other.wal_bytes;
         self.exec_ms += other.exec_ms;
         self.plan_ms += other.plan_ms;
         self.exec_steps.push(other.exec_ms);
@@ -133,10 +144,10 @@ impl Explainer {
             let args = stmt.literals();
             // `EXECUTE name()` is a syntax error: no parentheses without values.
             let explain = if args.is_empty() {
-                format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}")
+                format!("EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) EXECUTE {name}")
             } else {
                 format!(
-                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}({})",
+                    "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) EXECUTE {name}({})",
                     args.join(", ")
                 )
             };
@@ -158,6 +169,10 @@ impl Explainer {
             let mut work = work_of(&plan[0]["Plan"]);
             work.exec_ms = plan[0]["Execution Time"].as_f64().unwrap_or_default();
             work.plan_ms = plan[0]["Planning Time"].as_f64().unwrap_or_default();
+            // The top node's WAL counts include its children's.
+            work.wal_records = plan[0]["Plan"]["WAL Records"].as_u64().unwrap_or_default();
+            work.wal_fpi = plan[0]["Plan"]["WAL FPI"].as_u64().unwrap_or_default();
+            work.wal_bytes = plan[0]["Plan"]["WAL Bytes"].as_u64().unwrap_or_default();
             total.add(work);
             if self.fresh {
                 let name = self.names.remove(stmt.sql()).unwrap_or_default();

@@ -305,7 +305,10 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
          EXPLAIN with the promote. Every system on its own table of the same jobs, seeded alike; all cells of a \
          table group measured in {} interleaved rounds. `off`/`on`: the clients' \
          `synchronous_commit`. Buffers: EXPLAIN (ANALYZE, BUFFERS) of the prepared statements, \
-         median of {} runs after {} that settle the plan cache; server ms: that run's `Execution Time` summed over the path's \
+         median of {} runs after {} that settle the plan cache; WAL records / FPI / bytes: that run's \
+         `EXPLAIN (WAL)` counts (the row versions, locks and index entries the path wrote; \
+         FPI: full-page images, a page's first change after a checkpoint, about 8 KiB each and \
+         counted in the bytes; the commit record not); server ms: that run's `Execution Time` summed over the path's \
          statements (the executor only: no parse, round trip or commit); the candidates' \
          planning ms: that run's `Planning Time` (a prepared statement's plan cache lookup, \
          and its planning when the cache builds a custom plan); plans generic/custom: what \
@@ -319,6 +322,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
         "jobs>",
         "system",
         "buffers / claim>",
+        "WAL records / FPI / bytes>",
         "server ms>",
         "plans generic/custom",
         "indexes",
@@ -345,6 +349,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
             count(c.size),
             c.label.clone(),
             c.work.buffers.to_string(),
+            wal(&c.work),
             format!("{:.3}", c.work.exec_ms),
             plan_cache(&c.work),
             indexes(&c.work),
@@ -379,6 +384,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
         "jobs>",
         "claim path",
         "buffers / claim [per statement]>",
+        "WAL records / FPI / bytes>",
         "server execution ms [per statement]>",
         "planning ms>",
         "plans generic/custom",
@@ -407,6 +413,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
             count(c.size),
             c.label.clone(),
             format!("{} {:?}", c.work.buffers, c.work.steps),
+            wal(&c.work),
             format!(
                 "{:.3} [{}]",
                 c.work.exec_ms,
@@ -429,6 +436,15 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
         ]);
     }
     report.table(&table);
+}
+
+/// `records / full-page images / bytes` of the WAL a path's statements
+/// wrote.
+fn wal(work: &Work) -> String {
+    format!(
+        "{} / {} / {}",
+        work.wal_records, work.wal_fpi, work.wal_bytes
+    )
 }
 
 /// The claim targets of issue 24 for the product and for each candidate
