@@ -167,6 +167,9 @@ pub struct ClientLog {
     /// Phase and message of every failed statement (an ack that deleted no
     /// row is one: its claim was lost).
     pub failures: Vec<(Phase, String)>,
+    /// The backend pid of its connection, which ends when the client
+    /// returns (the server's backend a moment later).
+    pub backend: i32,
 }
 
 /// Starts timing a statement.
@@ -202,13 +205,19 @@ fn describe(e: &tokio_postgres::Error) -> String {
     harness::describe_error(e)
 }
 
-async fn open(name: &str) -> Client {
+/// A connection named `name`, and its backend pid.
+async fn open(name: &str) -> (Client, i32) {
     let client = harness::connect().await;
     client
         .batch_execute(&format!("SET application_name = '{name}'"))
         .await
         .unwrap_or_else(|e| panic!("{name}: {}", describe(&e)));
-    client
+    let pid = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {}", describe(&e)))
+        .get(0);
+    (client, pid)
 }
 
 /// Version 1's claim loop on one connection, with version 1's statements
@@ -219,7 +228,7 @@ async fn open(name: &str) -> Client {
 /// loops so it holds no claim it did not ack.
 pub async fn old_client(schema: SchemaName, index: usize, shared: Shared) -> ClientLog {
     let worker = format!("upbench-old-{index}");
-    let mut client = open(&worker).await;
+    let (mut client, backend) = open(&worker).await;
     let statements = harness::history::old_statements(1, &schema);
     let get = |name: &str| {
         statements
@@ -247,7 +256,10 @@ pub async fn old_client(schema: SchemaName, index: usize, shared: Shared) -> Cli
         .unwrap_or_else(|e| panic!("prepare ack: {}", describe(&e)));
 
     let queue = QUEUES[index % QUEUES.len()].to_owned();
-    let mut log = ClientLog::default();
+    let mut log = ClientLog {
+        backend,
+        ..ClientLog::default()
+    };
     let mut round: u64 = 0;
     while !shared.stopped() {
         round += 1;
@@ -372,7 +384,8 @@ async fn claim_once(
 /// [`ENQUEUE_EVERY`] claims.
 pub async fn new_client(schema: SchemaName, index: usize, shared: Shared) -> ClientLog {
     let worker = format!("upbench-new-{index}");
-    let session = Session::new(open(&worker).await, schema);
+    let (client, backend) = open(&worker).await;
+    let session = Session::new(client, schema);
     let queue = QUEUES[index % QUEUES.len()];
     let opts = {
         let mut opts = QueueOpts::default();
@@ -382,7 +395,10 @@ pub async fn new_client(schema: SchemaName, index: usize, shared: Shared) -> Cli
         opts.dead_letter_retention_s = 86_400;
         opts
     };
-    let mut log = ClientLog::default();
+    let mut log = ClientLog {
+        backend,
+        ..ClientLog::default()
+    };
     let mut round: u64 = 0;
     while !shared.stopped() {
         round += 1;
@@ -459,9 +475,11 @@ pub async fn new_client(schema: SchemaName, index: usize, shared: Shared) -> Cli
 
 /// A plain read every 50 ms: version 1's `expired_claims` (the reaper's
 /// read, an index scan that takes only `ACCESS SHARE`), to show how long a
-/// reader waits behind each upgrade.
+/// reader waits behind each upgrade. To the contract's check it is an
+/// engine of version 1 (its last statement is one only version 1 runs), so
+/// it stops with version 1's loop.
 pub async fn reader(schema: SchemaName, shared: Shared) -> ClientLog {
-    let client = open("upbench-read").await;
+    let (client, backend) = open("upbench-read").await;
     let statements = harness::history::old_statements(1, &schema);
     let read = statements
         .get("expired_claims")
@@ -471,7 +489,10 @@ pub async fn reader(schema: SchemaName, shared: Shared) -> ClientLog {
         .prepare(&read.sql)
         .await
         .unwrap_or_else(|e| panic!("prepare expired_claims: {}", describe(&e)));
-    let mut log = ClientLog::default();
+    let mut log = ClientLog {
+        backend,
+        ..ClientLog::default()
+    };
     while !shared.stopped() {
         let now = unix_now();
         let limit = 10i64;

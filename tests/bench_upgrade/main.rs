@@ -18,8 +18,11 @@
 //!    claims, statements from `schema-model/history/v1/statements.json`)
 //!    and a plain reader (version 1's `expired_claims` every 50 ms);
 //! 3. `schema_gen::upgrade::upgrade` with default options beneath them,
-//!    every progress event timed; the version 1 loop goes on a while on the
-//!    expanded schema, then stops;
+//!    every progress event timed; the version 1 loop and the plain reader
+//!    go on a while on the expanded schema, then stop, and the run waits
+//!    until their sessions have left `pg_stat_activity` (the contract
+//!    refuses while an engine of version 1 is connected, and the plain
+//!    reader's last statement is version 1's);
 //! 4. eight clients of this release (`engines::new_client`: the product's
 //!    `Session`, `jobs::Promote` + `jobs::Claim` pipelined, `jobs::Ack`,
 //!    `jobs::Enqueue`), and `schema_gen::upgrade::contract` beneath them;
@@ -57,7 +60,7 @@ use harness::bench::env_number;
 use schema_gen::upgrade::{self, Progress, UpgradeOptions};
 use schema_model::SchemaName;
 use tokio::task::JoinHandle;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use engines::{ClientLog, Ledger, Logs, Phase, Shared};
 use watch::{Autovacuum, Seen, Wait};
@@ -194,44 +197,101 @@ where
         .collect()
 }
 
-async fn join_all(handles: Vec<JoinHandle<ClientLog>>, logs: &mut Logs) {
+/// Waits for `handles` and merges their logs; returns their backend pids.
+async fn join_all(handles: Vec<JoinHandle<ClientLog>>, logs: &mut Logs) -> Vec<i32> {
+    let mut backends = Vec::new();
     for h in handles {
         let log = h.await.unwrap_or_else(|e| panic!("a client panicked: {e}"));
+        backends.push(log.backend);
         logs.add_claims(log);
+    }
+    backends
+}
+
+/// Waits until none of `backends` is among the sessions the contract's
+/// check looks at (`schema_gen::catalog::sessions_statement`: the client
+/// backends of this database in `pg_stat_activity`). A client's connection
+/// closes when it returns; its server backend leaves a moment later.
+async fn sessions_gone(admin: &Client, backends: &[i32]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let question = schema_gen::catalog::sessions_statement();
+    loop {
+        let messages = admin
+            .simple_query(&question)
+            .await
+            .unwrap_or_else(|e| panic!("the sessions: {}", harness::describe_error(&e)));
+        let text = messages
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0),
+                _ => None,
+            })
+            .unwrap_or("[]");
+        let sessions: Vec<serde_json::Value> =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("the sessions: {e}: {text}"));
+        let left: Vec<i64> = sessions
+            .iter()
+            .filter_map(|s| s["pid"].as_i64())
+            .filter(|pid| backends.iter().any(|b| i64::from(*b) == *pid))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sessions {left:?} of stopped clients were still connected after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 /// The watchers of a part: lock waits (behind `upgrader`), the plain reader
-/// and the load average.
+/// (stopped on its own, with version 1's loop) and the load average.
 struct Watchers {
     shared: Shared,
     waits: JoinHandle<Seen>,
-    reader: JoinHandle<ClientLog>,
+    /// The plain reader and its own stop flag, until it is stopped.
+    reader: Option<(Shared, JoinHandle<ClientLog>)>,
     load: JoinHandle<Vec<f64>>,
 }
 
 impl Watchers {
     fn start(shared: &Shared, schema: &SchemaName, upgrader: i32) -> Self {
         let shared = shared.fork();
+        let reading = shared.fork();
         Self {
             waits: tokio::spawn(watch::lock_waits(
                 shared.clone(),
                 upgrader,
                 schema.as_str().to_owned(),
             )),
-            reader: tokio::spawn(engines::reader(schema.clone(), shared.clone())),
+            reader: Some((
+                reading.clone(),
+                tokio::spawn(engines::reader(schema.clone(), reading)),
+            )),
             load: tokio::spawn(watch::load(shared.clone())),
             shared,
         }
     }
 
-    async fn stop(self, logs: &mut Logs) -> (Seen, Vec<f64>) {
+    /// Stops the plain reader (once) and merges its log; returns its
+    /// backend pid.
+    async fn stop_reader(&mut self, logs: &mut Logs) -> Option<i32> {
+        let (reading, reader) = self.reader.take()?;
+        reading.stop();
+        let log = reader.await.unwrap_or_else(|e| panic!("reader: {e}"));
+        let backend = log.backend;
+        logs.add_reads(log);
+        Some(backend)
+    }
+
+    async fn stop(mut self, logs: &mut Logs) -> (Seen, Vec<f64>) {
         self.shared.stop();
+        self.stop_reader(logs).await;
         let waits = self
             .waits
             .await
             .unwrap_or_else(|e| panic!("lock sampler: {e}"));
-        logs.add_reads(self.reader.await.unwrap_or_else(|e| panic!("reader: {e}")));
         let load = self
             .load
             .await
@@ -346,7 +406,7 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
     let mut table = vec![("seeded", table_state(admin, &schema).await)];
     let shared = Shared::new(started, Phase::Before);
     let (mut upgrader, pid) = session("upbench-upgrade").await;
-    let watchers = Watchers::start(&shared, &schema, pid);
+    let mut watchers = Watchers::start(&shared, &schema, pid);
     let mut logs = Logs::default();
 
     let old = shared.fork();
@@ -389,8 +449,13 @@ async fn online(scale: &Scale, admin: &mut Client, started: Instant) -> Part {
         "version 1's claim, at the end of its run on the expanded schema",
         v1_claim_work(admin, &schema).await,
     ));
+    // Version 1's engines stop: its loop and the plain reader (whose last
+    // statement is version 1's); the contract refuses while any of their
+    // sessions is connected.
     old.stop();
-    join_all(old_clients, &mut logs).await;
+    let mut old_backends = join_all(old_clients, &mut logs).await;
+    old_backends.extend(watchers.stop_reader(&mut logs).await);
+    sessions_gone(admin, &old_backends).await;
 
     let mut contract_us = (0, 0);
     if expand_error.is_none() {

@@ -293,7 +293,7 @@ pub fn render(
     // Plain reads.
     let _ = writeln!(
         out,
-        "\n## A plain read (version 1's `expired_claims`, every 50 ms)\n\n| part | phase | reads | failed | p50 | max |\n|---|---|---:|---:|---:|---:|"
+        "\n## A plain read (version 1's `expired_claims`, every 50 ms, until version 1's loop stops: none beneath the contract)\n\n| part | phase | reads | failed | p50 | max |\n|---|---|---:|---:|---:|---:|"
     );
     for part in parts {
         for phase in Phase::ALL {
