@@ -3,26 +3,13 @@
 //! otherwise claims alone; each rule is shown by the rows it leaves
 //! not-ready, and by what the proxy saw (one statement or two).
 
-use harness::engine::engine_schema;
+use harness::engine::{engine_schema, job};
 use harness::wire::CountingProxy;
-use schema_gen::statements::{Job, Sessions, jobs};
+use schema_gen::statements::{Sessions, jobs};
 use schema_model::SchemaName;
 use tokio_postgres::Client;
 
 const NOW: i64 = 1_700_000_000;
-
-fn job(queue: &str, run_at: i64) -> Job {
-    let mut job = Job::default();
-    job.queue = queue.into();
-    job.payload = b"pacing".to_vec();
-    job.run_at = run_at;
-    job.enqueued_at = NOW;
-    job.opts.visibility_timeout_s = 30;
-    job.opts.max_attempts = 3;
-    job.opts.backoff_base_s = 10;
-    job.opts.dead_letter_retention_s = 600;
-    job
-}
 
 /// Jobs of `queue` still waiting for a promote.
 async fn not_ready(admin: &Client, schema: &SchemaName, queue: &str) -> i64 {
@@ -41,7 +28,7 @@ async fn schedule(session: &schema_gen::statements::Session, queue: &str, run_at
     for _ in 0..n {
         session
             .run(&jobs::Enqueue {
-                job: &job(queue, run_at),
+                job: &job(queue, run_at, NOW),
                 now: NOW,
             })
             .await

@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::engine::engine_schema;
+use harness::engine::{engine_schema, job};
 use harness::exec;
 use harness::wire::CountingProxy;
 use schema_gen::statements::{
-    self, ConsumerOffset, Job, Session, StatementErrorKind, StreamEvent, jobs, streams,
+    self, ConsumerOffset, Session, StatementErrorKind, StreamEvent, jobs, streams,
 };
 use schema_model::SchemaName;
 use tokio_postgres::error::SqlState;
@@ -26,19 +26,6 @@ use tokio_postgres::error::SqlState;
 mod engine;
 
 const NOW: i64 = 1_700_000_000;
-
-fn job(queue: &str, run_at: i64) -> Job {
-    let mut job = Job::default();
-    job.queue = queue.into();
-    job.payload = b"\x00job\xff".to_vec();
-    job.run_at = run_at;
-    job.enqueued_at = NOW;
-    job.opts.visibility_timeout_s = 30;
-    job.opts.max_attempts = 3;
-    job.opts.backoff_base_s = 10;
-    job.opts.dead_letter_retention_s = 600;
-    job
-}
 
 /// The program's whole flow on a fresh schema, through the wire proxy: what
 /// it reports is what the statements promise, every statement was prepared
@@ -148,7 +135,7 @@ async fn the_claim_path_is_one_round_trip_without_a_transaction() {
     // Not due yet at NOW: only promote makes it claimable at NOW + 60.
     let id = session
         .run(&jobs::Enqueue {
-            job: &job("trip", NOW + 60),
+            job: &job("trip", NOW + 60, NOW),
             now: NOW,
         })
         .await
@@ -292,7 +279,7 @@ async fn a_statement_error_shows_the_statement_and_the_servers_words() {
     let claimed = session
         .run_pipelined(
             &jobs::Enqueue {
-                job: &job("q", NOW),
+                job: &job("q", NOW, NOW),
                 now: NOW,
             },
             &jobs::Claim {
@@ -507,7 +494,7 @@ async fn rows_that_break_a_statements_promise_are_errors_naming_it() {
     .await;
     let err = session
         .run(&jobs::Enqueue {
-            job: &job("q", NOW),
+            job: &job("q", NOW, NOW),
             now: NOW,
         })
         .await

@@ -1,12 +1,12 @@
 //! The engine's schema and its product statements on the test server: a
-//! fresh engine schema per test, a statement run with its bound values, and
-//! the bounded wait for the snapshot horizon that the commit-order reader
-//! depends on.
+//! fresh engine schema per test, a job to enqueue, a statement run with its
+//! bound values, and the bounded wait for the snapshot horizon that the
+//! commit-order reader depends on.
 
 use std::time::Duration;
 
 use schema_gen::render::script;
-use schema_gen::statements::Statement;
+use schema_gen::statements::{Job, Statement};
 use schema_model::SchemaName;
 use tokio_postgres::{Client, Row};
 
@@ -22,6 +22,23 @@ pub async fn engine_schema(client: &Client, prefix: &str) -> SchemaName {
     let schema = unique_schema_name(prefix);
     exec(client, &script(&schema)).await;
     schema
+}
+
+/// A job of `queue` due at `run_at`, stamped enqueued at `enqueued_at`, to
+/// enqueue (an enqueue whose `now` is before `run_at` writes it not ready):
+/// a payload that is not UTF-8, a visibility timeout of 30 s, 3 attempts, a
+/// backoff base of 10 s and a dead-letter retention of 600 s.
+pub fn job(queue: &str, run_at: i64, enqueued_at: i64) -> Job {
+    let mut job = Job::default();
+    job.queue = queue.into();
+    job.payload = b"\x00job\xff".to_vec();
+    job.run_at = run_at;
+    job.enqueued_at = enqueued_at;
+    job.opts.visibility_timeout_s = 30;
+    job.opts.max_attempts = 3;
+    job.opts.backoff_base_s = 10;
+    job.opts.dead_letter_retention_s = 600;
+    job
 }
 
 /// Runs a product statement with its bound values and returns its rows.

@@ -6,7 +6,10 @@
 //! free port of 127.0.0.1, with one pooled database per pool mode
 //! ([`PoolMode`]; transaction pooling twice, once over at most two server
 //! connections), each forwarding to the test server's database as its
-//! superuser (`auth_type = any`: pgbouncer itself asks no password). As for
+//! superuser (`auth_type = any`: pgbouncer itself asks no password), and one
+//! more in transaction pooling that logs in as a least-privilege role of its
+//! own ([`runtime_url`], [`runtime_role`]), as an engine's runtime role does
+//! behind a pooler. As for
 //! the cluster, a small watchdog shell process holds the read end of a pipe
 //! whose write end lives in the test process: when the process exits, for
 //! any reason, the watchdog stops pgbouncer and removes its directory.
@@ -71,6 +74,10 @@ impl PoolMode {
 
 struct Bouncer {
     port: u16,
+    /// The role the pooled database `transaction_runtime` logs in as, and
+    /// its password (for a server that checks one).
+    runtime_role: String,
+    runtime_password: String,
 }
 
 struct Watchdog {
@@ -81,6 +88,11 @@ struct Watchdog {
 
 static BOUNCER: OnceLock<Result<Bouncer, String>> = OnceLock::new();
 static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
+/// Whether the runtime role was created (once per process, on first use).
+static RUNTIME_ROLE: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// The pooled database of [`runtime_url`].
+const RUNTIME_DATABASE: &str = "transaction_runtime";
 
 /// A key/value URL that reaches the test database through pgbouncer in
 /// `mode` (as the test server's superuser, whatever user the URL names).
@@ -90,15 +102,67 @@ static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
 /// If pgbouncer is not installed or does not start; the message names the
 /// set-up step.
 pub fn url(mode: PoolMode) -> String {
-    let bouncer = match BOUNCER.get_or_init(start) {
-        Ok(bouncer) => bouncer,
-        Err(message) => panic!("no pgbouncer for the pooling tests: {message}"),
-    };
     format!(
         "host=127.0.0.1 port={} user=postgres dbname={} connect_timeout=10",
-        bouncer.port,
+        bouncer().port,
         mode.name()
     )
+}
+
+/// A key/value URL that reaches the test database through pgbouncer in
+/// transaction pooling as [`runtime_role`] (pgbouncer logs in to the server
+/// as that role, whatever user the URL names). The role is created on the
+/// first call: `LOGIN` and nothing else (no superuser, no `CREATEDB` or
+/// `CREATEROLE`, owning nothing); a test grants it what it needs, e.g. the
+/// engine's runtime grants (`schema_gen::grants::script`). Dropped at exit
+/// with the other names the harness hands out.
+///
+/// # Panics
+///
+/// If pgbouncer does not start (see [`url`]) or the role cannot be created.
+pub fn runtime_url() -> String {
+    let bouncer = bouncer();
+    let created = RUNTIME_ROLE.get_or_init(|| {
+        let sql = format!(
+            "CREATE ROLE {} LOGIN PASSWORD '{}'",
+            bouncer.runtime_role, bouncer.runtime_password
+        );
+        let out = crate::psql()
+            .args(["-c", &sql])
+            .output()
+            .map_err(|e| format!("running psql: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+        }
+    });
+    if let Err(message) = created {
+        panic!(
+            "creating the pooled runtime role {}: {message}",
+            bouncer.runtime_role
+        );
+    }
+    format!(
+        "host=127.0.0.1 port={} user={} dbname={RUNTIME_DATABASE} connect_timeout=10",
+        bouncer.port, bouncer.runtime_role
+    )
+}
+
+/// The least-privilege role [`runtime_url`] reaches the server as.
+///
+/// # Panics
+///
+/// If pgbouncer does not start (see [`url`]).
+pub fn runtime_role() -> &'static str {
+    &bouncer().runtime_role
+}
+
+fn bouncer() -> &'static Bouncer {
+    match BOUNCER.get_or_init(start) {
+        Ok(bouncer) => bouncer,
+        Err(message) => panic!("no pgbouncer for the pooling tests: {message}"),
+    }
 }
 
 fn start() -> Result<Bouncer, String> {
@@ -119,8 +183,15 @@ fn start() -> Result<Bouncer, String> {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("finding a free port: {e}"))?;
+    // Named like the harness's other names, so it is dropped at exit.
+    let runtime_role = crate::unique_name("pooled_runtime");
+    let runtime_password = format!(
+        "{:016x}",
+        std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), &dir)
+    );
     let config = dir.join("pgbouncer.ini");
-    std::fs::write(&config, settings(&upstream, port, &dir)?)
+    let runtime = (runtime_role.as_str(), runtime_password.as_str());
+    std::fs::write(&config, settings(&upstream, port, &dir, runtime)?)
         .map_err(|e| format!("writing {}: {e}", config.display()))?;
     if as_postgres {
         // pgbouncer refuses to run as root.
@@ -136,10 +207,21 @@ fn start() -> Result<Bouncer, String> {
     }
     start_watchdog(&binary, &config, &dir, as_postgres)?;
     wait_until_listening(port, &dir)?;
-    Ok(Bouncer { port })
+    Ok(Bouncer {
+        port,
+        runtime_role,
+        runtime_password,
+    })
 }
 
-fn settings(upstream: &Config, port: u16, dir: &Path) -> Result<String, String> {
+/// The configuration: a pooled database per [`PoolMode`] as `upstream`'s
+/// user, and [`RUNTIME_DATABASE`] as `runtime` (role, password).
+fn settings(
+    upstream: &Config,
+    port: u16,
+    dir: &Path,
+    runtime: (&str, &str),
+) -> Result<String, String> {
     let (host, server_port) = match (upstream.get_hosts().first(), upstream.get_ports().first()) {
         (Some(Host::Tcp(host)), port) => (host.clone(), port.copied().unwrap_or(5432)),
         (Some(Host::Unix(dir)), port) => (dir.display().to_string(), port.copied().unwrap_or(5432)),
@@ -159,6 +241,11 @@ fn settings(upstream: &Config, port: u16, dir: &Path) -> Result<String, String> 
             mode.settings()
         ));
     }
+    let (role, role_password) = runtime;
+    databases.push_str(&format!(
+        "{RUNTIME_DATABASE} = host={host} port={server_port} dbname={dbname} user={role} \
+         password={role_password} pool_mode=transaction\n"
+    ));
     Ok(format!(
         "[databases]\n{databases}\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
          unix_socket_dir =\nauth_type = any\nmax_client_conn = 200\ndefault_pool_size = 20\n\
