@@ -129,6 +129,30 @@ fn priority_expr(mix: &Mix) -> String {
     format!("(CASE WHEN k = 'future' THEN {dp} + i % {fp} ELSE i % {dp} END)")
 }
 
+/// Drops every CHECK constraint of `schema`'s `jobs`.
+async fn drop_checks(admin: &mut Client, schema: &SchemaName) {
+    let names = admin
+        .query(
+            "SELECT conname::text FROM pg_catalog.pg_constraint \
+             WHERE conrelid = CAST(CAST($1 AS text) AS regclass) AND contype = 'c'",
+            &[&format!("{schema}.jobs")],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", db_error("CHECK constraints of jobs", &e)));
+    assert!(
+        !names.is_empty(),
+        "{schema}.jobs has no CHECK constraint to drop"
+    );
+    for row in names {
+        let name: String = row.get(0);
+        exec(
+            admin,
+            &format!("ALTER TABLE {schema}.jobs DROP CONSTRAINT \"{name}\""),
+        )
+        .await;
+    }
+}
+
 fn run_at_expr(now: i64) -> String {
     format!(
         "(CASE WHEN k = 'due' THEN {now} - 1 - i % 3600 WHEN k = 'claimed' THEN {now} - 60 \
@@ -148,6 +172,9 @@ impl Kind {
                 let schema = Design::Product.create(admin, "vs_cand").await;
                 if let Some(index) = c.dropped_index() {
                     exec(admin, &format!("DROP INDEX {schema}.{index}")).await;
+                }
+                if c.drops_checks() {
+                    drop_checks(admin, &schema).await;
                 }
                 System::Cand(c, schema)
             }

@@ -140,7 +140,7 @@ async fn claim_group(
     let now = unix_now();
     for &kind in &kinds {
         // Candidates that change no DDL claim from the product's table.
-        let shared = matches!(kind, Kind::Cand(c) if c.dropped_index().is_none());
+        let shared = matches!(kind, Kind::Cand(c) if !c.own_table());
         let system = if shared {
             let Kind::Cand(c) = kind else { unreachable!() };
             let System::Product(schema) = &*systems[0] else {
@@ -372,7 +372,7 @@ pub fn report_claims(report: &mut Report, claims: &[VsClaim], scale: &Scale) {
     report.heading("Where the claim path's time goes: candidates on the product's schema");
     report.para(
         "Alternatives to the product's claim path, on the product's own schema and seeded \
-         table (the no-expiry-index candidate on its own copy): `before` rows are the \
+         table (the candidates that change its DDL on their own copy): `before` rows are the \
          statements the product shipped until it hid its estimated parameters, `cand` rows \
          are not shipped, `ref` rows are references; their SQL is \
          `tests/bench_hot_paths/candidates.rs` (the rest use the product's statements). `synchronous_commit` off. The last \
