@@ -27,16 +27,7 @@ const CALLS: i64 = 12;
 const JOBS: i64 = 10_000;
 
 fn job(run_at: i64) -> Job {
-    let mut job = Job::default();
-    job.queue = "cached".into();
-    job.payload = b"job".to_vec();
-    job.run_at = run_at;
-    job.enqueued_at = NOW;
-    job.opts.visibility_timeout_s = 30;
-    job.opts.max_attempts = 3;
-    job.opts.backoff_base_s = 10;
-    job.opts.dead_letter_retention_s = 600;
-    job
+    harness::engine::job("cached", run_at, NOW)
 }
 
 /// `(generic_plans, custom_plans)` of the statement `sql` prepared on

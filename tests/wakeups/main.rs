@@ -51,14 +51,7 @@ fn direct() -> impl Connect {
 }
 
 fn job(queue: &str, run_at: i64) -> Job {
-    let mut job = Job::new(queue, b"wake".to_vec());
-    job.run_at = run_at;
-    job.enqueued_at = run_at;
-    job.opts.visibility_timeout_s = 30;
-    job.opts.max_attempts = 3;
-    job.opts.backoff_base_s = 10;
-    job.opts.dead_letter_retention_s = 600;
-    job
+    harness::engine::job(queue, run_at, run_at)
 }
 
 async fn schema(prefix: &str) -> (Client, SchemaName) {
