@@ -107,12 +107,17 @@ pub enum Cand {
     /// constraints: what PostgreSQL's checking them on every claim costs
     /// (a reference: they are the schema's guarantee on every row).
     NoChecks,
+    /// The product's statements on a copy of `jobs` of its own with
+    /// nothing changed: the control for the candidates on their own copy
+    /// (the product's table is shared by the other candidates, so it has
+    /// seen more claims).
+    OwnCopy,
     /// `SELECT 1`: one round trip and nothing else.
     RoundTrip,
 }
 
 /// Every candidate of the claim comparison, in the report's order.
-pub const CANDS: [Cand; 15] = [
+pub const CANDS: [Cand; 16] = [
     Cand::SessionGeneric,
     Cand::LocalGeneric,
     Cand::LiteralLimit,
@@ -127,6 +132,7 @@ pub const CANDS: [Cand; 15] = [
     Cand::Ctid,
     Cand::CtidNoExpiryIndex,
     Cand::NoChecks,
+    Cand::OwnCopy,
     Cand::RoundTrip,
 ];
 
@@ -153,6 +159,7 @@ impl Cand {
             Cand::Ctid => "cand: claim updates by ctid",
             Cand::CtidNoExpiryIndex => "ref: by ctid, no jobs_claim_expiry_idx (the sweep's index)",
             Cand::NoChecks => "ref: no CHECK constraints on jobs",
+            Cand::OwnCopy => "ref: the product on a copy of its own (control)",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
@@ -174,6 +181,7 @@ impl Cand {
             Cand::Ctid => "ctid",
             Cand::CtidNoExpiryIndex => "ctid-no-expiry-index",
             Cand::NoChecks => "no-checks",
+            Cand::OwnCopy => "own-copy",
             Cand::RoundTrip => "round-trip",
         }
     }
@@ -215,7 +223,7 @@ impl Cand {
     /// Whether it claims from a copy of `jobs` of its own (it changes the
     /// DDL) instead of the product's table.
     pub fn own_table(self) -> bool {
-        self.dropped_index().is_some() || self.drops_checks()
+        self.dropped_index().is_some() || self.drops_checks() || self == Cand::OwnCopy
     }
 
     /// Whether its sessions promote as the product's session does (its
@@ -315,6 +323,7 @@ impl Cand {
             | Cand::PromoteAlways
             | Cand::NoExpiryIndex
             | Cand::NoChecks
+            | Cand::OwnCopy
             | Cand::PromoteAlwaysUnnamed => ClaimPath::last(product_path()),
             Cand::LocalGeneric => {
                 let mut stmts = vec![
