@@ -112,12 +112,17 @@ pub enum Cand {
     /// (the product's table is shared by the other candidates, so it has
     /// seen more claims).
     OwnCopy,
+    /// The product's statements on a copy of `jobs` whose six
+    /// single-column rules are domains instead of table CHECK constraints
+    /// (checked only where a value is assigned: of them, the claim assigns
+    /// `attempts`), the three multi-column rules left as they are.
+    Domains,
     /// `SELECT 1`: one round trip and nothing else.
     RoundTrip,
 }
 
 /// Every candidate of the claim comparison, in the report's order.
-pub const CANDS: [Cand; 16] = [
+pub const CANDS: [Cand; 17] = [
     Cand::SessionGeneric,
     Cand::LocalGeneric,
     Cand::LiteralLimit,
@@ -133,6 +138,7 @@ pub const CANDS: [Cand; 16] = [
     Cand::CtidNoExpiryIndex,
     Cand::NoChecks,
     Cand::OwnCopy,
+    Cand::Domains,
     Cand::RoundTrip,
 ];
 
@@ -160,6 +166,7 @@ impl Cand {
             Cand::CtidNoExpiryIndex => "ref: by ctid, no jobs_claim_expiry_idx (the sweep's index)",
             Cand::NoChecks => "ref: no CHECK constraints on jobs",
             Cand::OwnCopy => "ref: the product on a copy of its own (control)",
+            Cand::Domains => "cand: single-column rules as domains",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
@@ -182,6 +189,7 @@ impl Cand {
             Cand::CtidNoExpiryIndex => "ctid-no-expiry-index",
             Cand::NoChecks => "no-checks",
             Cand::OwnCopy => "own-copy",
+            Cand::Domains => "domains",
             Cand::RoundTrip => "round-trip",
         }
     }
@@ -220,10 +228,19 @@ impl Cand {
         self == Cand::NoChecks
     }
 
+    /// Whether this candidate's copy of `jobs` has its single-column rules
+    /// as domains.
+    pub fn domains(self) -> bool {
+        self == Cand::Domains
+    }
+
     /// Whether it claims from a copy of `jobs` of its own (it changes the
     /// DDL) instead of the product's table.
     pub fn own_table(self) -> bool {
-        self.dropped_index().is_some() || self.drops_checks() || self == Cand::OwnCopy
+        self.dropped_index().is_some()
+            || self.drops_checks()
+            || self.domains()
+            || self == Cand::OwnCopy
     }
 
     /// Whether its sessions promote as the product's session does (its
@@ -324,6 +341,7 @@ impl Cand {
             | Cand::NoExpiryIndex
             | Cand::NoChecks
             | Cand::OwnCopy
+            | Cand::Domains
             | Cand::PromoteAlwaysUnnamed => ClaimPath::last(product_path()),
             Cand::LocalGeneric => {
                 let mut stmts = vec![

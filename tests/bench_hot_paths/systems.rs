@@ -153,6 +153,31 @@ async fn drop_checks(admin: &mut Client, schema: &SchemaName) {
     }
 }
 
+/// `schema`'s `jobs` (still empty) with its six single-column CHECK
+/// constraints replaced by domains of the same rules.
+fn domains_ddl(schema: &SchemaName) -> String {
+    format!(
+        "CREATE DOMAIN {schema}.not_empty_text AS text CHECK (VALUE <> ''); \
+         CREATE DOMAIN {schema}.count_from_zero AS integer CHECK (VALUE >= 0); \
+         CREATE DOMAIN {schema}.count_from_one AS integer CHECK (VALUE >= 1); \
+         CREATE DOMAIN {schema}.positive_seconds AS bigint CHECK (VALUE > 0); \
+         CREATE DOMAIN {schema}.seconds_from_zero AS bigint CHECK (VALUE >= 0); \
+         ALTER TABLE {schema}.jobs \
+         DROP CONSTRAINT jobs_queue_not_empty, \
+         DROP CONSTRAINT jobs_attempts_not_negative, \
+         DROP CONSTRAINT jobs_max_attempts_at_least_one, \
+         DROP CONSTRAINT jobs_visibility_timeout_positive, \
+         DROP CONSTRAINT jobs_backoff_base_not_negative, \
+         DROP CONSTRAINT jobs_dead_letter_retention_positive, \
+         ALTER COLUMN queue TYPE {schema}.not_empty_text, \
+         ALTER COLUMN attempts TYPE {schema}.count_from_zero, \
+         ALTER COLUMN max_attempts TYPE {schema}.count_from_one, \
+         ALTER COLUMN visibility_timeout_s TYPE {schema}.positive_seconds, \
+         ALTER COLUMN backoff_base_s TYPE {schema}.seconds_from_zero, \
+         ALTER COLUMN dead_letter_retention_s TYPE {schema}.positive_seconds"
+    )
+}
+
 fn run_at_expr(now: i64) -> String {
     format!(
         "(CASE WHEN k = 'due' THEN {now} - 1 - i % 3600 WHEN k = 'claimed' THEN {now} - 60 \
@@ -175,6 +200,9 @@ impl Kind {
                 }
                 if c.drops_checks() {
                     drop_checks(admin, &schema).await;
+                }
+                if c.domains() {
+                    exec(admin, &domains_ddl(&schema)).await;
                 }
                 System::Cand(c, schema)
             }
