@@ -153,3 +153,60 @@ async fn a_queue_is_promoted_once_a_second_and_again_after_a_full_promote() {
         "a promote short of its limit left nothing due this second"
     );
 }
+
+/// A promote that fails records nothing in the pacer: the next claim in the
+/// same second promotes again (`Session::claim`, "the next claim then
+/// promotes again"), and the error carries the server's message.
+#[tokio::test]
+async fn a_failed_promote_records_nothing_so_the_next_claim_promotes_again() {
+    if harness::skip_db_tests() {
+        return;
+    }
+    let admin = harness::connect().await;
+    let schema = engine_schema(&admin, "pacing_fail").await;
+    let sessions = Sessions::new(schema.clone());
+    let session = sessions.session(harness::connect().await);
+    let due = NOW + 5;
+    schedule(&session, "failing", due, 1).await;
+    // An object another role added refuses promotes (a job made ready); the
+    // claim, which never sets `ready`, is untouched by it.
+    harness::exec(
+        &admin,
+        &format!(
+            r#"CREATE FUNCTION "{schema}".refuse_promote() RETURNS trigger LANGUAGE plpgsql
+               AS $$BEGIN RAISE EXCEPTION 'promote refused by the test'; END$$;
+               CREATE TRIGGER refuse_promote BEFORE UPDATE OF ready ON "{schema}".jobs
+               FOR EACH ROW WHEN (NOT OLD.ready AND NEW.ready)
+               EXECUTE FUNCTION "{schema}".refuse_promote()"#
+        ),
+    )
+    .await;
+    let claim = jobs::Claim {
+        queue: "failing",
+        worker_id: "worker-1",
+        now: due,
+        limit: 1,
+    };
+    let error = match session.claim(&claim).await {
+        Ok(claimed) => panic!("the promote was refused, yet the claim returned {claimed:?}"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("promote refused by the test"), "{error}");
+    assert_eq!(not_ready(&admin, &schema, "failing").await, 1);
+
+    harness::exec(
+        &admin,
+        &format!(r#"DROP TRIGGER refuse_promote ON "{schema}".jobs"#),
+    )
+    .await;
+    let claimed = session
+        .claim(&claim)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        claimed.len(),
+        1,
+        "the failed promote recorded nothing, so this claim in the same second promotes"
+    );
+    assert_eq!(not_ready(&admin, &schema, "failing").await, 0);
+}

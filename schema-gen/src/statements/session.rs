@@ -448,16 +448,12 @@ impl<C: Connection> Session<C> {
             let second_ready = self.prepare_one(second).await;
             let (first, second) = futures_util::future::join(
                 async {
-                    match first_ready {
-                        Ok(()) => self.run_now(first).await,
-                        Err(error) => Err(error),
-                    }
+                    first_ready?;
+                    self.run_now(first).await
                 },
                 async {
-                    match second_ready {
-                        Ok(()) => self.run_now(second).await,
-                        Err(error) => Err(error),
-                    }
+                    second_ready?;
+                    self.run_now(second).await
                 },
             )
             .await;
