@@ -117,12 +117,17 @@ pub enum Cand {
     /// (checked only where a value is assigned: of them, the claim assigns
     /// `attempts`), the three multi-column rules left as they are.
     Domains,
+    /// The product's statements on a copy of `jobs` whose nine CHECK
+    /// constraints are one, calling a PL/pgSQL function of the whole row
+    /// that raises a check violation carrying the broken rule's name (a
+    /// small stored expression instead of 4.3 KB re-read on every claim).
+    CheckFunction,
     /// `SELECT 1`: one round trip and nothing else.
     RoundTrip,
 }
 
 /// Every candidate of the claim comparison, in the report's order.
-pub const CANDS: [Cand; 17] = [
+pub const CANDS: [Cand; 18] = [
     Cand::SessionGeneric,
     Cand::LocalGeneric,
     Cand::LiteralLimit,
@@ -139,6 +144,7 @@ pub const CANDS: [Cand; 17] = [
     Cand::NoChecks,
     Cand::OwnCopy,
     Cand::Domains,
+    Cand::CheckFunction,
     Cand::RoundTrip,
 ];
 
@@ -167,6 +173,7 @@ impl Cand {
             Cand::NoChecks => "ref: no CHECK constraints on jobs",
             Cand::OwnCopy => "ref: the product on a copy of its own (control)",
             Cand::Domains => "cand: single-column rules as domains",
+            Cand::CheckFunction => "cand: the nine rules in one PL/pgSQL check",
             Cand::RoundTrip => "ref: SELECT 1 (one round trip)",
         }
     }
@@ -190,6 +197,7 @@ impl Cand {
             Cand::NoChecks => "no-checks",
             Cand::OwnCopy => "own-copy",
             Cand::Domains => "domains",
+            Cand::CheckFunction => "check-function",
             Cand::RoundTrip => "round-trip",
         }
     }
@@ -225,7 +233,7 @@ impl Cand {
     /// Whether this candidate's copy of `jobs` goes without its CHECK
     /// constraints.
     pub fn drops_checks(self) -> bool {
-        self == Cand::NoChecks
+        matches!(self, Cand::NoChecks | Cand::CheckFunction)
     }
 
     /// Whether this candidate's copy of `jobs` has its single-column rules
@@ -241,6 +249,7 @@ impl Cand {
             || self.drops_checks()
             || self.domains()
             || self == Cand::OwnCopy
+            || self == Cand::CheckFunction
     }
 
     /// Whether its sessions promote as the product's session does (its
@@ -342,6 +351,7 @@ impl Cand {
             | Cand::NoChecks
             | Cand::OwnCopy
             | Cand::Domains
+            | Cand::CheckFunction
             | Cand::PromoteAlwaysUnnamed => ClaimPath::last(product_path()),
             Cand::LocalGeneric => {
                 let mut stmts = vec![

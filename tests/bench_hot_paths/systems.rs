@@ -178,6 +178,97 @@ fn domains_ddl(schema: &SchemaName) -> String {
     )
 }
 
+/// `schema`'s `jobs` (its CHECK constraints already dropped) with the nine
+/// rules as one constraint calling a PL/pgSQL function of the whole row,
+/// which raises a check violation naming the rule a row breaks.
+fn check_function_ddl(schema: &SchemaName) -> String {
+    const RULES: [(&str, &str); 9] = [
+        ("jobs_queue_not_empty", "j.queue OPERATOR(pg_catalog.<>) ''"),
+        (
+            "jobs_attempts_not_negative",
+            "j.attempts OPERATOR(pg_catalog.>=) 0",
+        ),
+        (
+            "jobs_max_attempts_at_least_one",
+            "j.max_attempts OPERATOR(pg_catalog.>=) 1",
+        ),
+        (
+            "jobs_visibility_timeout_positive",
+            "j.visibility_timeout_s OPERATOR(pg_catalog.>) 0",
+        ),
+        (
+            "jobs_backoff_base_not_negative",
+            "j.backoff_base_s OPERATOR(pg_catalog.>=) 0",
+        ),
+        (
+            "jobs_dead_letter_retention_positive",
+            "j.dead_letter_retention_s OPERATOR(pg_catalog.>) 0",
+        ),
+        (
+            "jobs_claim_columns_together",
+            "(j.worker_id IS NULL AND j.claimed_at IS NULL AND j.claim_expires_at IS NULL) \
+             OR (j.worker_id IS NOT NULL AND j.claimed_at IS NOT NULL AND j.claim_expires_at IS NOT NULL)",
+        ),
+        (
+            "jobs_claimed_job_is_ready",
+            "j.claimed_at IS NULL OR j.ready",
+        ),
+        (
+            "jobs_claim_expires_after_claim",
+            "j.claim_expires_at OPERATOR(pg_catalog.>=) j.claimed_at",
+        ),
+    ];
+    let all = RULES
+        .iter()
+        .map(|(_, rule)| format!("({rule}) IS NOT FALSE"))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let each = RULES
+        .iter()
+        .map(|(name, rule)| {
+            format!(
+                "IF ({rule}) IS FALSE THEN RAISE EXCEPTION 'new row for relation \"jobs\" \
+                 violates check constraint \"{name}\"' USING ERRCODE = 'check_violation', \
+                 CONSTRAINT = '{name}'; END IF; "
+            )
+        })
+        .collect::<String>();
+    format!(
+        "CREATE FUNCTION {schema}.jobs_rules(j {schema}.jobs) RETURNS boolean \
+         LANGUAGE plpgsql IMMUTABLE AS $f$ BEGIN IF {all} THEN RETURN true; END IF; \
+         {each}RETURN true; END $f$; \
+         ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_rules CHECK ({schema}.jobs_rules(jobs))"
+    )
+}
+
+/// The check function refuses what the nine constraints refuse, naming the
+/// rule: a candidate that checked nothing would measure fast for nothing.
+async fn assert_rules_fire(admin: &Client, schema: &SchemaName) {
+    let cases = [
+        (
+            "'q', -1, NULL::text, NULL::bigint, NULL::bigint",
+            "jobs_attempts_not_negative",
+        ),
+        ("'', 0, NULL, NULL, NULL", "jobs_queue_not_empty"),
+        ("'q', 0, 'w', NULL, NULL", "jobs_claim_columns_together"),
+        ("'q', 0, 'w', 10, 5", "jobs_claim_expires_after_claim"),
+    ];
+    for (values, rule) in cases {
+        let sql = format!(
+            "INSERT INTO {schema}.jobs (queue, attempts, worker_id, claimed_at, claim_expires_at, \
+             payload, priority, run_at, ready, enqueued_at, visibility_timeout_s, max_attempts, \
+             backoff_base_s, dead_letter_retention_s) \
+             SELECT {values}, '\\x00'::bytea, 0, 1, true, 1, 30, 5, 1, 86400"
+        );
+        let err = admin
+            .batch_execute(&sql)
+            .await
+            .expect_err("the check function refuses a row that breaks a rule");
+        let db = err.as_db_error().map(|e| (e.code().code(), e.constraint()));
+        assert_eq!(db, Some(("23514", Some(rule))), "{sql}: {err:?}");
+    }
+}
+
 fn run_at_expr(now: i64) -> String {
     format!(
         "(CASE WHEN k = 'due' THEN {now} - 1 - i % 3600 WHEN k = 'claimed' THEN {now} - 60 \
@@ -203,6 +294,10 @@ impl Kind {
                 }
                 if c.domains() {
                     exec(admin, &domains_ddl(&schema)).await;
+                }
+                if c == Cand::CheckFunction {
+                    exec(admin, &check_function_ddl(&schema)).await;
+                    assert_rules_fire(admin, &schema).await;
                 }
                 System::Cand(c, schema)
             }
