@@ -231,7 +231,7 @@ impl Cand {
     }
 
     /// Whether this candidate's copy of `jobs` goes without its CHECK
-    /// constraints.
+    /// constraints ([`Cand::CheckFunction`] then adds its one).
     pub fn drops_checks(self) -> bool {
         matches!(self, Cand::NoChecks | Cand::CheckFunction)
     }
@@ -249,7 +249,6 @@ impl Cand {
             || self.drops_checks()
             || self.domains()
             || self == Cand::OwnCopy
-            || self == Cand::CheckFunction
     }
 
     /// Whether its sessions promote as the product's session does (its
